@@ -1,0 +1,43 @@
+# quotaportal: `make run` (set up, seed the demo, start web + worker + beat) and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install run migrate seed test lint bench clean
+
+$(STAMP): requirements.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	@rm -f $(VENV)/.installed-*
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	@mkdir -p var
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py migrate --noinput
+
+seed: migrate
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py seed_demo
+
+run: seed
+	@echo ""
+	@echo "  quotaportal is starting at http://$(HOST):$(PORT)/"
+	@echo "  sign in as admin / quotaportal-admin (staff), or ana / quotaportal-demo (a member of team nlp)"
+	@echo "  Ctrl-C stops the web server, the Celery worker and beat together."
+	@echo ""
+	DEBUG=$${DEBUG:-1} QUOTAPORTAL_HOST=$(HOST) QUOTAPORTAL_PORT=$(PORT) $(BIN)/honcho start -f Procfile
+
+test: install
+	@mkdir -p var
+	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: migrate
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py bench_pass
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .hypothesis

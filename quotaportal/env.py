@@ -1,0 +1,64 @@
+"""Typed readers for environment variables that refuse bad values loudly (in the manner of healthchecks).
+
+Every setting of quotaportal comes from here; `.env.example` lists them all.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envstr(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use one of 1/0, true/false, yes/no, on/off")
+
+
+def envint(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below its minimum {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} is above its maximum {maximum}")
+    return value
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if not items:
+        raise ImproperlyConfigured(f"{name} is set but empty: give a comma-separated list")
+    return items
+
+
+def envurl(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
+    raw = os.environ.get(name, default).strip()
+    scheme = raw.split("://", 1)[0] if "://" in raw else ""
+    if scheme not in schemes:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} has an unsupported scheme {scheme!r}: use one of {', '.join(s + '://' for s in schemes)}"
+        )
+    return raw

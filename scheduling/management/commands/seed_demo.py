@@ -1,0 +1,171 @@
+"""A realistic demo organisation, safe to run again (it converges to the same configuration)."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling import rules, services
+from scheduling.models import (
+    EnvironmentCapacity,
+    InstanceType,
+    JobQueue,
+    Membership,
+    QuotaShare,
+    ServiceEnvironment,
+    ShareCapacityLimit,
+    Team,
+    TrainingPlan,
+)
+
+ADMIN = ("admin", "quotaportal-admin")
+DEMO_PASSWORD = "quotaportal-demo"
+
+INSTANCE_TYPES = [
+    # name, GPUs, on-demand $/hour
+    ("ml.p5.48xlarge", 8, Decimal("98.3200")),
+    ("ml.p4d.24xlarge", 8, Decimal("37.6880")),
+    ("ml.g5.12xlarge", 4, Decimal("7.0900")),
+    ("ml.m5.xlarge", 0, Decimal("0.2300")),
+]
+CAPACITY = {"ml.p5.48xlarge": 8, "ml.p4d.24xlarge": 16, "ml.g5.12xlarge": 24}
+
+TEAMS = {
+    # slug: (name, [(username, role)])
+    "nlp": ("NLP", [("ana", "member"), ("ben", "manager")]),
+    "vision": ("Vision", [("chen", "member"), ("dana", "manager")]),
+    "speech": ("Speech", [("eli", "member"), ("fatima", "manager")]),
+    "research": ("Research", [("gus", "member"), ("ana", "member"), ("hana", "manager")]),
+}
+
+SHARES = [
+    # name, team, strategy, borrow_limit, in_share_preemption, limits
+    ("nlp", "nlp", "RESERVE", -1, False, {"ml.p5.48xlarge": 4, "ml.p4d.24xlarge": 4}),
+    ("vision", "vision", "LEND_AND_BORROW", 100, False, {"ml.p4d.24xlarge": 6, "ml.g5.12xlarge": 8}),
+    ("speech", "speech", "LEND", -1, False, {"ml.p4d.24xlarge": 4, "ml.g5.12xlarge": 8}),
+    ("research", "research", "LEND_AND_BORROW", -1, True, {"ml.p5.48xlarge": 2, "ml.g5.12xlarge": 4}),
+]
+
+# Preference lists the demo jobs draw from: (type, count, plan) entries in order.
+PREFERENCE_LISTS = {
+    "nlp": [
+        [("ml.p5.48xlarge", 2, "nlp-p5-december"), ("ml.p5.48xlarge", 2, None), ("ml.p4d.24xlarge", 2, None)],
+        [("ml.p4d.24xlarge", 1, None), ("ml.p5.48xlarge", 1, None)],
+        [("ml.p5.48xlarge", 1, None)],
+    ],
+    "vision": [
+        [("ml.p4d.24xlarge", 2, None), ("ml.g5.12xlarge", 4, None)],
+        [("ml.g5.12xlarge", 2, None)],
+        [("ml.g5.12xlarge", 6, None), ("ml.p4d.24xlarge", 3, None)],
+    ],
+    "speech": [
+        [("ml.g5.12xlarge", 2, None), ("ml.p4d.24xlarge", 1, None)],
+        [("ml.p4d.24xlarge", 2, None)],
+    ],
+    "research": [
+        [("ml.p5.48xlarge", 1, "nlp-p5-december"), ("ml.g5.12xlarge", 2, None)],
+        [("ml.g5.12xlarge", 1, None)],
+        [("ml.g5.12xlarge", 3, None), ("ml.p5.48xlarge", 1, None)],
+    ],
+}
+JOB_NAMES = ["pretrain", "finetune", "eval-sweep", "distill", "ablation", "nightly-retrain", "hparam-search"]
+
+
+class Command(BaseCommand):
+    help = "Create (or bring back) the demo organisation: teams, a queue with shares of every strategy, a plan, jobs."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--jobs", type=int, default=36, help="demo jobs to submit (default 36)")
+
+    @transaction.atomic
+    def handle(self, *args, jobs: int, **options):
+        User = get_user_model()
+        admin, created = User.objects.get_or_create(username=ADMIN[0], defaults={"email": "admin@example.com"})
+        admin.is_staff = admin.is_superuser = True
+        if created:
+            admin.set_password(ADMIN[1])
+        admin.save()
+
+        types = {}
+        for name, gpus, price in INSTANCE_TYPES:
+            types[name], _ = InstanceType.objects.update_or_create(
+                name=name, defaults={"gpu_count": gpus, "hourly_price": price})
+
+        environment, _ = ServiceEnvironment.objects.get_or_create(name="gpu-fleet")
+        for name, maximum in CAPACITY.items():
+            EnvironmentCapacity.objects.update_or_create(
+                service_environment=environment, instance_type=types[name], defaults={"max_capacity": maximum})
+        queue, _ = JobQueue.objects.get_or_create(
+            name="training", defaults={"service_environment": environment, "priority": 500})
+
+        teams = {}
+        for slug, (name, members) in TEAMS.items():
+            teams[slug], _ = Team.objects.get_or_create(slug=slug, defaults={"name": name})
+            for username, role in members:
+                user, made = User.objects.get_or_create(
+                    username=username, defaults={"email": f"{username}@example.com", "first_name": username.title()})
+                if made:
+                    user.set_password(DEMO_PASSWORD)
+                    user.save()
+                Membership.objects.update_or_create(team=teams[slug], user=user, defaults={"role": role})
+
+        shares = {}
+        for name, team, strategy, borrow_limit, in_share, limits in SHARES:
+            existing = QuotaShare.objects.filter(job_queue=queue, name=name).first()
+            rules.validate_quota_share(
+                share=existing, job_queue=queue, name=name, strategy=strategy, borrow_limit=borrow_limit,
+                limits=[rules.LimitInput(types[t], n) for t, n in limits.items()])
+            shares[name], _ = QuotaShare.objects.update_or_create(
+                job_queue=queue, name=name,
+                defaults={"team": teams[team], "strategy": strategy, "borrow_limit": borrow_limit,
+                          "in_share_preemption": in_share})
+            for type_name, maximum in limits.items():
+                ShareCapacityLimit.objects.update_or_create(
+                    quota_share=shares[name], instance_type=types[type_name], defaults={"max_capacity": maximum})
+
+        now = timezone.now()
+        plan, made = TrainingPlan.objects.get_or_create(
+            name="nlp-p5-december",
+            defaults={"job_queue": queue, "instance_type": types["ml.p5.48xlarge"], "instance_count": 4,
+                      "start_time": now - timedelta(days=1), "end_time": now + timedelta(days=30)})
+        if made:
+            plan.quota_shares.set([shares["nlp"], shares["research"]])
+        if plan.end_time < now + timedelta(days=2):
+            # Keep the demo's plan active on a machine seeded long ago.
+            plan.start_time, plan.end_time = now - timedelta(days=1), now + timedelta(days=30)
+            plan.save(update_fields=["start_time", "end_time"])
+
+        submitted = self._submit_jobs(queue=queue, shares=shares, types=types, plans={plan.name: plan}, count=jobs)
+        self.stdout.write(self.style.SUCCESS(
+            f"demo ready: queue {queue.name} with {len(shares)} shares, plan {plan.name}, "
+            f"{submitted} new job(s); sign in as {ADMIN[0]} / {ADMIN[1]}, or ana / {DEMO_PASSWORD}"))
+
+    def _submit_jobs(self, *, queue, shares, types, plans, count) -> int:
+        rng = random.Random(20171009)
+        share_names = sorted(shares)
+        made = 0
+        for number in range(count):
+            share_name = share_names[number % len(share_names)]
+            share = shares[share_name]
+            submitter = share.team.memberships.order_by("user__username").first().user
+            entries = rng.choice(PREFERENCE_LISTS[share_name])
+            submission = services.JobSubmission(
+                name=f"{share_name}-{rng.choice(JOB_NAMES)}-{number + 1:02d}",
+                job_queue=queue, quota_share=share,
+                instance_preferences=[
+                    rules.PreferenceInput(types[t], n, plans[p] if p else None) for t, n, p in entries],
+                scheduling_priority=rng.choice([0, 0, 10, 50, 100]),
+                retry_attempts=2,
+                duration_seconds=rng.randint(45, 600),
+                payload={"image": f"registry.example.com/{share_name}/trainer:2026.11", "epochs": rng.randint(1, 20)},
+                client_token=f"demo-{number + 1:03d}",
+            )
+            _, created = services.job_submit(user=submitter, submission=submission)
+            made += created
+        return made

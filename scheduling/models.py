@@ -1,0 +1,466 @@
+"""quotaportal's data model (SPEC section 1).
+
+Rules one row can hold are database constraints; rules that span rows (sum of share limits against the
+environment's capacity, preference lists) live in `scheduling.rules`, used by the admin, forms and API alike.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+NAME_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+name_validator = RegexValidator(
+    NAME_PATTERN, "Use 1 to 128 letters, digits, hyphens or underscores (no spaces).", code="invalid_name"
+)
+
+MAX_SHARES_PER_QUEUE = 20
+MAX_SHARE_LIMITS = 5
+MAX_PREFERENCES = 5
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+class State(models.TextChoices):
+    ENABLED = "ENABLED"
+    DISABLED = "DISABLED"
+
+
+class InstanceType(models.Model):
+    name = models.CharField(max_length=64, unique=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    hourly_price = models.DecimalField(
+        max_digits=10, decimal_places=4, null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(hourly_price__gte=0) | Q(hourly_price__isnull=True),
+                                   name="instance_type_price_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def accelerated(self) -> bool:
+        return self.gpu_count > 0
+
+
+class Team(models.Model):
+    name = models.CharField(max_length=128, unique=True)
+    slug = models.SlugField(max_length=64, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        MEMBER = "member"
+        MANAGER = "manager"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_user_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class ServiceEnvironment(models.Model):
+    class Executor(models.TextChoices):
+        SIMULATED = "simulated"
+        EXTERNAL = "external"
+
+    name = models.CharField(max_length=128, unique=True, validators=[name_validator])
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ENABLED)
+    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.SIMULATED)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def capacity_by_type(self) -> dict[str, int]:
+        return {limit.instance_type.name: limit.max_capacity for limit in self.capacity_limits.all()}
+
+
+class EnvironmentCapacity(models.Model):
+    """`max_capacity` instances of one type that the environment may run at once on on-demand capacity."""
+
+    service_environment = models.ForeignKey(
+        ServiceEnvironment, on_delete=models.CASCADE, related_name="capacity_limits"
+    )
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
+    max_capacity = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["instance_type__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["service_environment", "instance_type"],
+                                    name="environment_capacity_unique_type"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_type} x{self.max_capacity}"
+
+
+class JobQueue(models.Model):
+    class Ordering(models.TextChoices):
+        BEST_EFFORT_FIFO = "BEST_EFFORT_FIFO"
+        STRICT_FIFO = "STRICT_FIFO"
+
+    name = models.CharField(max_length=128, unique=True, validators=[name_validator])
+    priority = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(1000)])
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ENABLED)
+    # One environment per queue, never shared with another queue: the database holds that rule.
+    service_environment = models.OneToOneField(
+        ServiceEnvironment, on_delete=models.PROTECT, related_name="job_queue"
+    )
+    ordering = models.CharField(max_length=20, choices=Ordering.choices, default=Ordering.BEST_EFFORT_FIFO)
+
+    class Meta:
+        ordering = ["-priority", "name"]
+        constraints = [models.CheckConstraint(condition=Q(priority__lte=1000), name="job_queue_priority_range")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def enabled(self) -> bool:
+        return self.state == State.ENABLED and self.service_environment.state == State.ENABLED
+
+
+class QuotaShare(models.Model):
+    class Strategy(models.TextChoices):
+        RESERVE = "RESERVE"
+        LEND = "LEND"
+        LEND_AND_BORROW = "LEND_AND_BORROW"
+
+    name = models.CharField(max_length=128, validators=[name_validator])
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="quota_shares")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="quota_shares")
+    strategy = models.CharField(max_length=20, choices=Strategy.choices, default=Strategy.RESERVE)
+    borrow_limit = models.IntegerField(
+        default=-1, validators=[MinValueValidator(-1)],
+        help_text="Percent of the share's limit it may borrow above it; -1 = unlimited. LEND_AND_BORROW only.",
+    )
+    in_share_preemption = models.BooleanField(default=False)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ENABLED)
+
+    class Meta:
+        ordering = ["job_queue__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["job_queue", "name"], name="quota_share_unique_name_per_queue"),
+            models.CheckConstraint(condition=Q(borrow_limit__gte=-1), name="quota_share_borrow_limit_range"),
+            models.CheckConstraint(
+                condition=Q(borrow_limit=-1) | Q(strategy="LEND_AND_BORROW"),
+                name="quota_share_borrow_limit_only_when_borrowing",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def enabled(self) -> bool:
+        return self.state == State.ENABLED
+
+
+class ShareCapacityLimit(models.Model):
+    quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="capacity_limits")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
+    max_capacity = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+
+    class Meta:
+        ordering = ["instance_type__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["quota_share", "instance_type"], name="share_limit_unique_type"),
+            models.CheckConstraint(condition=Q(max_capacity__gte=1), name="share_limit_at_least_one"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_type} x{self.max_capacity}"
+
+
+class TrainingPlan(models.Model):
+    class Status(models.TextChoices):
+        SCHEDULED = "SCHEDULED"
+        ACTIVE = "ACTIVE"
+        EXPIRED = "EXPIRED"
+
+    name = models.CharField(max_length=128, unique=True, validators=[name_validator])
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="training_plans")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
+    instance_count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    start_time = models.DateTimeField()
+    end_time = models.DateTimeField()
+    quota_shares = models.ManyToManyField(
+        QuotaShare, blank=True, related_name="training_plans",
+        help_text="Shares that may draw on this plan; none selected = every share of the queue.",
+    )
+
+    class Meta:
+        ordering = ["start_time", "name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(end_time__gt=models.F("start_time")), name="plan_ends_after_start"),
+            models.CheckConstraint(condition=Q(instance_count__gte=1), name="plan_at_least_one_instance"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def status_at(self, now) -> str:
+        if now < self.start_time:
+            return self.Status.SCHEDULED
+        if now < self.end_time:
+            return self.Status.ACTIVE
+        return self.Status.EXPIRED
+
+    @property
+    def status(self) -> str:
+        return self.status_at(timezone.now())
+
+
+class JobStatus(models.TextChoices):
+    RUNNABLE = "RUNNABLE"
+    SCHEDULED = "SCHEDULED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+PLACED_STATUSES = (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
+UNFINISHED_STATUSES = (JobStatus.RUNNABLE, *PLACED_STATUSES)
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class Job(models.Model):
+    name = models.CharField(max_length=128, validators=[name_validator])
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="jobs")
+    quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="jobs")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
+    scheduling_priority = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(9999)])
+    retry_attempts = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(10)]
+    )
+    preemption_retries_before_termination = models.PositiveIntegerField(null=True, blank=True)
+    max_pending_seconds = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    duration_seconds = models.PositiveIntegerField(null=True, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    client_token = models.CharField(max_length=64, null=True, blank=True)
+
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.RUNNABLE)
+    status_reason = models.TextField(blank=True, default="")
+    selected_instance_type = models.ForeignKey(
+        InstanceType, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    selected_instance_count = models.PositiveIntegerField(null=True, blank=True)
+    selected_training_plan = models.ForeignKey(
+        TrainingPlan, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
+    borrowed_instances = models.PositiveIntegerField(default=0)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    preemption_count = models.PositiveIntegerField(default=0)
+    failed_attempts = models.PositiveSmallIntegerField(default=0)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    runnable_since = models.DateTimeField(default=timezone.now)
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        permissions = [("report_job_status", "Can report job status as an executor")]
+        indexes = [
+            models.Index(fields=["job_queue", "status"], name="job_queue_status_idx"),
+            models.Index(fields=["quota_share", "status"], name="job_share_status_idx"),
+            models.Index(fields=["team", "status"], name="job_team_status_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(scheduling_priority__lte=9999), name="job_priority_range"),
+            models.CheckConstraint(condition=Q(retry_attempts__gte=1, retry_attempts__lte=10),
+                                   name="job_retry_attempts_range"),
+            models.CheckConstraint(condition=Q(max_pending_seconds__isnull=True) | Q(max_pending_seconds__gte=1),
+                                   name="job_max_pending_positive"),
+            models.UniqueConstraint(fields=["submitted_by", "client_token"],
+                                    condition=Q(client_token__isnull=False), name="job_client_token_unique"),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in JobStatus]), name="job_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def is_placed(self) -> bool:
+        return self.status in PLACED_STATUSES
+
+
+class JobPreference(models.Model):
+    """One entry of a job's ordered instance preference list."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="instance_preferences")
+    position = models.PositiveSmallIntegerField(validators=[MaxValueValidator(MAX_PREFERENCES - 1)])
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
+    instance_count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    training_plan = models.ForeignKey(TrainingPlan, on_delete=models.PROTECT, null=True, blank=True,
+                                      related_name="+")
+
+    class Meta:
+        ordering = ["job_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "position"], name="preference_unique_position"),
+            models.UniqueConstraint(fields=["job", "instance_type", "training_plan"],
+                                    name="preference_unique_type_plan"),
+            models.UniqueConstraint(fields=["job", "instance_type"], condition=Q(training_plan__isnull=True),
+                                    name="preference_unique_on_demand_type"),
+            models.CheckConstraint(condition=Q(position__lt=MAX_PREFERENCES), name="preference_position_range"),
+            models.CheckConstraint(condition=Q(instance_count__gte=1), name="preference_count_positive"),
+        ]
+
+    def __str__(self) -> str:
+        plan = f" on {self.training_plan}" if self.training_plan_id else ""
+        return f"{self.instance_type} x{self.instance_count}{plan}"
+
+
+class JobAttempt(models.Model):
+    """One placement of a job, from SCHEDULED until it stopped (finished, preempted, drained or cancelled)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
+    instance_count = models.PositiveIntegerField()
+    training_plan = models.ForeignKey(TrainingPlan, on_delete=models.SET_NULL, null=True, blank=True,
+                                      related_name="+")
+    borrowed_instances = models.PositiveIntegerField(default=0)
+    scheduled_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    status_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job_id", "scheduled_at", "id"]
+
+    def __str__(self) -> str:
+        return f"attempt of job {self.job_id} on {self.instance_type_id} x{self.instance_count}"
+
+
+class EventKind(models.TextChoices):
+    SUBMITTED = "SUBMITTED"
+    ADMITTED = "ADMITTED"
+    BORROWED = "BORROWED"
+    PREEMPTED_RECLAIM = "PREEMPTED_RECLAIM"
+    PREEMPTED_IN_SHARE = "PREEMPTED_IN_SHARE"
+    PREEMPTED_LIMIT_REDUCED = "PREEMPTED_LIMIT_REDUCED"
+    PLAN_EXPIRING = "PLAN_EXPIRING"
+    FALLBACK = "FALLBACK"
+    STARTED = "STARTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    CONFIG_CHANGED = "CONFIG_CHANGED"
+
+
+PREEMPTION_KINDS = (
+    EventKind.PREEMPTED_RECLAIM, EventKind.PREEMPTED_IN_SHARE, EventKind.PREEMPTED_LIMIT_REDUCED,
+)
+
+
+class Event(models.Model):
+    """What happened, for people and for the audit log. Never updated once written."""
+
+    kind = models.CharField(max_length=32, choices=EventKind.choices)
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
+    quota_share = models.ForeignKey(QuotaShare, on_delete=models.SET_NULL, null=True, blank=True,
+                                    related_name="events")
+    other_job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    other_share = models.ForeignKey(QuotaShare, on_delete=models.SET_NULL, null=True, blank=True,
+                                    related_name="+")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.SET_NULL, null=True, blank=True,
+                                      related_name="+")
+    instances = models.PositiveIntegerField(null=True, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                              related_name="+")
+    message = models.TextField()
+    # For CONFIG_CHANGED: {"object": ..., "id": ..., "before": {...}, "after": {...}}.
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["kind", "created_at"], name="event_kind_created_idx"),
+            models.Index(fields=["quota_share", "created_at"], name="event_share_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class SchedulingPass(models.Model):
+    """The record of one scheduling pass over one queue: what the pages and /metrics show."""
+
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="passes")
+    started_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+    engine_ms = models.FloatField(default=0)
+    jobs_considered = models.PositiveIntegerField(default=0)
+    placed_within_quota = models.PositiveIntegerField(default=0)
+    placed_borrowing = models.PositiveIntegerField(default=0)
+    placed_on_plan = models.PositiveIntegerField(default=0)
+    fallbacks = models.PositiveIntegerField(default=0)
+    preempted_reclaim = models.PositiveIntegerField(default=0)
+    preempted_in_share = models.PositiveIntegerField(default=0)
+    preempted_limit_reduced = models.PositiveIntegerField(default=0)
+    plan_drains = models.PositiveIntegerField(default=0)
+    timeouts = models.PositiveIntegerField(default=0)
+    trigger = models.CharField(max_length=32, default="beat")
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["job_queue", "started_at"], name="pass_queue_started_idx")]
+
+    def __str__(self) -> str:
+        return f"pass on {self.job_queue_id} at {self.started_at:%H:%M:%S}"
+
+
+class ShareUsageSample(models.Model):
+    """Per share and type after a pass: owned, borrowed and lent instances, for the utilization charts."""
+
+    quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="usage_samples")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
+    taken_at = models.DateTimeField(db_index=True)
+    limit = models.PositiveIntegerField()
+    usage = models.PositiveIntegerField()
+    borrowed = models.PositiveIntegerField()
+    lent = models.PositiveIntegerField()
+    pending = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["taken_at"]
+        indexes = [models.Index(fields=["quota_share", "taken_at"], name="sample_share_taken_idx")]

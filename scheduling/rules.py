@@ -1,0 +1,287 @@
+"""Validation rules that span rows (SPEC sections 1, 2 and 4), in one place.
+
+The admin, the pages' forms, the API serializers and the services all call these. Each raises Django's
+`ValidationError` with a dict keyed by the field at fault (`capacity_limits`, `instance_preferences[2].training_plan`),
+so every caller can show the message next to the right field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db.models import Sum
+
+from scheduling.models import (
+    MAX_PAYLOAD_BYTES,
+    MAX_PREFERENCES,
+    MAX_SHARE_LIMITS,
+    MAX_SHARES_PER_QUEUE,
+    EnvironmentCapacity,
+    InstanceType,
+    JobQueue,
+    QuotaShare,
+    ShareCapacityLimit,
+    State,
+    TrainingPlan,
+)
+
+Errors = dict[str, list[str]]
+
+
+def _add(errors: Errors, field: str, message: str) -> None:
+    errors.setdefault(field, []).append(message)
+
+
+def _raise_if(errors: Errors) -> None:
+    if errors:
+        raise ValidationError(errors)
+
+
+# --- capacity arithmetic ---------------------------------------------------------------------------------
+
+
+def environment_capacity(job_queue: JobQueue) -> dict[int, int]:
+    """instance_type id -> on-demand max_capacity of the queue's environment."""
+    return dict(
+        EnvironmentCapacity.objects.filter(service_environment_id=job_queue.service_environment_id)
+        .values_list("instance_type_id", "max_capacity")
+    )
+
+
+def share_limit_sums(job_queue: JobQueue, *, exclude_share_id: int | None = None) -> dict[int, int]:
+    """instance_type id -> sum of the limits of the queue's shares (all states: a limit is a guarantee)."""
+    rows = ShareCapacityLimit.objects.filter(quota_share__job_queue=job_queue)
+    if exclude_share_id is not None:
+        rows = rows.exclude(quota_share_id=exclude_share_id)
+    return {row["instance_type"]: row["total"] for row in rows.values("instance_type").annotate(total=Sum("max_capacity"))}
+
+
+# --- quota shares ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LimitInput:
+    instance_type: InstanceType
+    max_capacity: int
+
+
+def validate_quota_share(
+    *,
+    share: QuotaShare | None,
+    job_queue: JobQueue,
+    name: str,
+    strategy: str,
+    borrow_limit: int,
+    limits: Sequence[LimitInput],
+) -> None:
+    """A share's limits (1-5, one per type, >= 1) fit in the environment beside the other shares' (SPEC 1-2)."""
+    errors: Errors = {}
+    share_id = share.pk if share is not None else None
+    if share_id is None or share.job_queue_id != job_queue.pk:
+        count = QuotaShare.objects.filter(job_queue=job_queue).count()
+        if count >= MAX_SHARES_PER_QUEUE:
+            _add(errors, "job_queue", f"queue {job_queue.name} already has {count} quota shares; "
+                                      f"at most {MAX_SHARES_PER_QUEUE} are allowed")
+    if QuotaShare.objects.filter(job_queue=job_queue, name=name).exclude(pk=share_id).exists():
+        _add(errors, "name", f"queue {job_queue.name} already has a quota share named {name}")
+    if borrow_limit < -1:
+        _add(errors, "borrow_limit", "borrow_limit is a percentage >= 0, or -1 for unlimited")
+    elif borrow_limit != -1 and strategy != QuotaShare.Strategy.LEND_AND_BORROW:
+        _add(errors, "borrow_limit", f"borrow_limit applies only to LEND_AND_BORROW shares ({strategy} never "
+                                     f"borrows): leave it at -1")
+    if not 1 <= len(limits) <= MAX_SHARE_LIMITS:
+        _add(errors, "capacity_limits", f"a quota share needs 1 to {MAX_SHARE_LIMITS} capacity limits, "
+                                        f"got {len(limits)}")
+    repeated = [t for t, n in Counter(limit.instance_type.name for limit in limits).items() if n > 1]
+    if repeated:
+        _add(errors, "capacity_limits", f"instance type {', '.join(sorted(repeated))} is listed more than once")
+    capacity = environment_capacity(job_queue)
+    others = share_limit_sums(job_queue, exclude_share_id=share_id)
+    for limit in limits:
+        type_ = limit.instance_type
+        if limit.max_capacity < 1:
+            _add(errors, "capacity_limits", f"{type_.name}: max_capacity must be at least 1")
+            continue
+        available = capacity.get(type_.pk)
+        if available is None:
+            _add(errors, "capacity_limits", f"{type_.name}: the environment of queue {job_queue.name} offers "
+                                            f"no {type_.name} capacity")
+            continue
+        taken = others.get(type_.pk, 0)
+        if taken + limit.max_capacity > available:
+            _add(errors, "capacity_limits",
+                 f"{type_.name}: limits would total {taken + limit.max_capacity} but the environment has "
+                 f"{available} (other shares hold {taken}, so at most {max(0, available - taken)} is left)")
+    _raise_if(errors)
+
+
+def validate_environment_capacity(*, job_queue: JobQueue | None, capacities: dict[InstanceType, int]) -> None:
+    """An environment's capacity per type stays at or above the sum of its queue's share limits (SPEC 2)."""
+    errors: Errors = {}
+    for type_, maximum in capacities.items():
+        if maximum < 0:
+            _add(errors, "capacity_limits", f"{type_.name}: max_capacity cannot be negative")
+    if job_queue is not None:
+        sums = share_limit_sums(job_queue)
+        by_id = {type_.pk: (type_, maximum) for type_, maximum in capacities.items()}
+        for type_id, total in sorted(sums.items()):
+            type_, maximum = by_id.get(type_id, (None, 0))
+            if maximum < total:
+                name = type_.name if type_ else InstanceType.objects.get(pk=type_id).name
+                _add(errors, "capacity_limits",
+                     f"{name}: the shares of queue {job_queue.name} hold limits totalling {total}, so capacity "
+                     f"cannot be {maximum}; lower those limits first")
+    _raise_if(errors)
+
+
+# --- training plans --------------------------------------------------------------------------------------
+
+
+def validate_training_plan(
+    *,
+    plan: TrainingPlan | None,
+    job_queue: JobQueue,
+    instance_count: int,
+    start_time: datetime | None,
+    end_time: datetime | None,
+    quota_shares: Iterable[QuotaShare],
+) -> None:
+    """A plan has a positive count, ends after it starts and is open only to shares of its own queue."""
+    errors: Errors = {}
+    if instance_count is not None and instance_count < 1:
+        _add(errors, "instance_count", "a training plan reserves at least 1 instance")
+    if start_time and end_time and end_time <= start_time:
+        _add(errors, "end_time", "end_time must be after start_time")
+    foreign = sorted(share.name for share in quota_shares if share.job_queue_id != job_queue.pk)
+    if foreign:
+        _add(errors, "quota_shares", f"share {', '.join(foreign)} is not in queue {job_queue.name}")
+    _raise_if(errors)
+
+
+# --- jobs ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreferenceInput:
+    instance_type: InstanceType
+    instance_count: int
+    training_plan: TrainingPlan | None = None
+
+
+def share_ceiling(*, share: QuotaShare, instance_type_id: int, capacity: dict[int, int],
+                  limits_by_share: dict[int, dict[int, int]], strategies: dict[int, str]) -> tuple[int, str]:
+    """The most instances of a type the share could ever hold on-demand, and why that many (SPEC 2)."""
+    own = limits_by_share.get(share.pk, {}).get(instance_type_id, 0)
+    total = capacity.get(instance_type_id, 0)
+    if share.strategy != QuotaShare.Strategy.LEND_AND_BORROW:
+        return own, f"limit {own}, {share.strategy} cannot borrow"
+    reserved_elsewhere = sum(
+        limits.get(instance_type_id, 0)
+        for share_id, limits in limits_by_share.items()
+        if share_id != share.pk and strategies.get(share_id) == QuotaShare.Strategy.RESERVE
+    )
+    lendable = max(0, total - reserved_elsewhere)
+    if share.borrow_limit == -1:
+        return lendable, f"limit {own} plus borrowing, and {total - lendable} of {total} are reserved by RESERVE shares"
+    cap = own + own * share.borrow_limit // 100
+    if cap <= lendable:
+        return cap, f"limit {own} plus borrow limit {share.borrow_limit}%"
+    return lendable, f"{total - lendable} of {total} are reserved by RESERVE shares"
+
+
+def validate_job_target(*, job_queue: JobQueue, quota_share: QuotaShare) -> None:
+    """The queue and share accept jobs: both enabled, the share in that queue (SPEC 4)."""
+    errors: Errors = {}
+    if not job_queue.enabled:
+        _add(errors, "job_queue", f"queue {job_queue.name} is disabled and accepts no jobs")
+    if quota_share.job_queue_id != job_queue.pk:
+        _add(errors, "quota_share", f"share {quota_share.name} is not in queue {job_queue.name}")
+    elif quota_share.state != State.ENABLED:
+        _add(errors, "quota_share", f"share {quota_share.name} is disabled and accepts no jobs")
+    _raise_if(errors)
+
+
+def validate_preferences(
+    *, job_queue: JobQueue, quota_share: QuotaShare, entries: Sequence[PreferenceInput], now: datetime
+) -> None:
+    """1-5 entries, no repeated (type, plan) pair, and every entry able to run in principle (SPEC 4)."""
+    errors: Errors = {}
+    field = "instance_preferences"
+    if not 1 <= len(entries) <= MAX_PREFERENCES:
+        _add(errors, field, f"give 1 to {MAX_PREFERENCES} instance preferences, got {len(entries)}")
+        _raise_if(errors)
+    capacity = environment_capacity(job_queue)
+    limits_by_share: dict[int, dict[int, int]] = {}
+    for share_id, type_id, maximum in ShareCapacityLimit.objects.filter(
+        quota_share__job_queue=job_queue
+    ).values_list("quota_share_id", "instance_type_id", "max_capacity"):
+        limits_by_share.setdefault(share_id, {})[type_id] = maximum
+    strategies = dict(QuotaShare.objects.filter(job_queue=job_queue).values_list("id", "strategy"))
+    open_plans = {
+        plan_id for plan_id in TrainingPlan.quota_shares.through.objects.filter(
+            trainingplan__job_queue=job_queue).values_list("trainingplan_id", flat=True)
+    }
+    plans_open_to_share = set(
+        TrainingPlan.quota_shares.through.objects.filter(quotashare_id=quota_share.pk)
+        .values_list("trainingplan_id", flat=True)
+    )
+    seen: dict[tuple[int, int | None], int] = {}
+    for index, entry in enumerate(entries):
+        at = f"{field}[{index}]"
+        type_ = entry.instance_type
+        plan = entry.training_plan
+        key = (type_.pk, plan.pk if plan else None)
+        if key in seen:
+            where = f"on plan {plan.name}" if plan else "on-demand"
+            _add(errors, at, f"repeats entry {seen[key]} ({type_.name} {where}); each (instance type, training "
+                             f"plan) pair may appear once")
+            continue
+        seen[key] = index
+        if entry.instance_count < 1:
+            _add(errors, f"{at}.instance_count", "instance_count must be at least 1")
+            continue
+        if plan is not None:
+            if plan.job_queue_id != job_queue.pk:
+                _add(errors, f"{at}.training_plan", f"plan {plan.name} belongs to another queue")
+            elif plan.instance_type_id != type_.pk:
+                _add(errors, f"{at}.training_plan",
+                     f"plan {plan.name} reserves {plan.instance_type.name}, not {type_.name}")
+            elif plan.status_at(now) == TrainingPlan.Status.EXPIRED:
+                _add(errors, f"{at}.training_plan", f"plan {plan.name} expired at {plan.end_time:%Y-%m-%d %H:%M} UTC")
+            elif plan.pk in open_plans and plan.pk not in plans_open_to_share:
+                _add(errors, f"{at}.training_plan", f"plan {plan.name} is not open to share {quota_share.name}")
+            elif entry.instance_count > plan.instance_count:
+                _add(errors, f"{at}.instance_count",
+                     f"{type_.name} x{entry.instance_count} can never run on plan {plan.name}, which reserves "
+                     f"{plan.instance_count}")
+            continue
+        total = capacity.get(type_.pk)
+        if total is None:
+            _add(errors, f"{at}.instance_type",
+                 f"the environment of queue {job_queue.name} offers no {type_.name} capacity")
+            continue
+        if entry.instance_count > total:
+            _add(errors, f"{at}.instance_count",
+                 f"{type_.name} x{entry.instance_count} can never run: the environment has {total}")
+            continue
+        ceiling, why = share_ceiling(share=quota_share, instance_type_id=type_.pk, capacity=capacity,
+                                     limits_by_share=limits_by_share, strategies=strategies)
+        if entry.instance_count > ceiling:
+            _add(errors, f"{at}.instance_count",
+                 f"{type_.name} x{entry.instance_count} can never run: share {quota_share.name} may hold at "
+                 f"most {ceiling} ({why})")
+    _raise_if(errors)
+
+
+def validate_payload(payload: object) -> None:
+    """A payload is a JSON object of at most 64 KiB once encoded."""
+    if not isinstance(payload, dict):
+        raise ValidationError({"payload": ["payload must be a JSON object"]})
+    size = len(json.dumps(payload, separators=(",", ":")).encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise ValidationError({"payload": [f"payload is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}"]})

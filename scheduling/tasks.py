@@ -1,0 +1,39 @@
+"""Thin Celery entry points: each takes ids, calls one service and owns only retries and time limits."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import OperationalError
+
+from scheduling import services
+from scheduling.models import JobQueue, ServiceEnvironment, State
+
+
+@shared_task(acks_late=True, autoretry_for=(OperationalError,), retry_backoff=True, max_retries=5,
+             soft_time_limit=120, time_limit=180)
+def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
+    """One scheduling pass over one queue (safe to run twice: the pass is idempotent on a settled queue)."""
+    if not JobQueue.objects.filter(pk=job_queue_id).exists():
+        return {"job_queue_id": job_queue_id, "skipped": "queue no longer exists"}
+    result = services.queue_pass_run(job_queue_id=job_queue_id, trigger=trigger)
+    return {"job_queue_id": job_queue_id, "admitted": len(result.admitted), "preempted": len(result.preempted)}
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def run_all_passes() -> int:
+    """The beat: enqueue a pass for every queue (a disabled queue still gets its housekeeping and reasons)."""
+    queue_ids = list(JobQueue.objects.values_list("pk", flat=True))
+    for queue_id in queue_ids:
+        run_queue_pass.delay(queue_id, "beat")
+    return len(queue_ids)
+
+
+@shared_task(acks_late=True, autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+             soft_time_limit=60, time_limit=90)
+def simulated_executor_tick() -> int:
+    """Advance jobs on every enabled `simulated` environment."""
+    queue_ids = JobQueue.objects.filter(
+        service_environment__executor=ServiceEnvironment.Executor.SIMULATED,
+        service_environment__state=State.ENABLED,
+    ).values_list("pk", flat=True)
+    return sum(services.simulated_executor_tick(job_queue_id=queue_id) for queue_id in queue_ids)

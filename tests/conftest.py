@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.db import connection
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip PostgreSQL-only tests on SQLite, saying why; CI sets QUOTAPORTAL_REQUIRE_POSTGRES to forbid that."""
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if "postgresql" in engine:
+        return
+    if os.environ.get("QUOTAPORTAL_REQUIRE_POSTGRES"):
+        raise pytest.UsageError("QUOTAPORTAL_REQUIRE_POSTGRES is set but DATABASE_URL does not point at PostgreSQL")
+    skip = pytest.mark.skip(reason="needs PostgreSQL (row locks, concurrent passes): set DATABASE_URL=postgres://...")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _test_settings(settings):
+    """Tests decide when passes run (tests of the autopass switch turn it back on), and hash passwords fast."""
+    settings.QUOTAPORTAL_AUTOPASS = False
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"

@@ -1,0 +1,67 @@
+"""Settings come from the environment; a bad value is refused with a message naming the variable."""
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from quotaportal.env import envbool, envint, envlist, envurl
+
+
+def test_envbool_reads_the_usual_spellings(monkeypatch):
+    monkeypatch.setenv("FLAG", "Yes")
+    assert envbool("FLAG", False) is True
+    monkeypatch.setenv("FLAG", "0")
+    assert envbool("FLAG", True) is False
+
+
+def test_envbool_refuses_anything_else(monkeypatch):
+    monkeypatch.setenv("QUOTAPORTAL_AUTOPASS", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="QUOTAPORTAL_AUTOPASS='maybe' is not a boolean"):
+        envbool("QUOTAPORTAL_AUTOPASS", True)
+
+
+def test_envint_refuses_text_and_out_of_range(monkeypatch):
+    monkeypatch.setenv("PLAN_DRAIN_SECONDS", "half an hour")
+    with pytest.raises(ImproperlyConfigured, match="PLAN_DRAIN_SECONDS='half an hour' is not a whole number"):
+        envint("PLAN_DRAIN_SECONDS", 1800, minimum=0)
+    monkeypatch.setenv("PLAN_DRAIN_SECONDS", "-5")
+    with pytest.raises(ImproperlyConfigured, match="PLAN_DRAIN_SECONDS=-5 is below its minimum 0"):
+        envint("PLAN_DRAIN_SECONDS", 1800, minimum=0)
+    monkeypatch.setenv("PLAN_DRAIN_SECONDS", "600")
+    assert envint("PLAN_DRAIN_SECONDS", 1800, minimum=0) == 600
+
+
+def test_envurl_refuses_an_unknown_database(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "mysql://root@localhost/db")
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL='mysql://root@localhost/db' has an unsupported scheme"):
+        envurl("DATABASE_URL", "sqlite:///x", schemes=("sqlite", "postgres"))
+
+
+def test_envlist_refuses_an_empty_list(monkeypatch):
+    monkeypatch.setenv("ALLOWED_HOSTS", " , ")
+    with pytest.raises(ImproperlyConfigured, match="ALLOWED_HOSTS is set but empty"):
+        envlist("ALLOWED_HOSTS", ["localhost"])
+
+
+def test_settings_refuse_to_start_without_a_secret_key_in_production(tmp_path):
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "DEBUG": "0", "QUOTAPORTAL_VAR_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", "import django; from django.conf import settings; "
+                             "django.setup()"], env={**env, "DJANGO_SETTINGS_MODULE": "quotaportal.settings"},
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
+
+
+def test_settings_switch_to_postgres_and_redis_from_urls_alone(tmp_path):
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "DEBUG": "1", "QUOTAPORTAL_VAR_DIR": str(tmp_path),
+           "DJANGO_SETTINGS_MODULE": "quotaportal.settings",
+           "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0"}
+    code = ("import django; from django.conf import settings; django.setup(); "
+            "print(settings.DATABASES['default']['ENGINE'], settings.CELERY_BROKER_URL)")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.stdout.split() == ["django.db.backends.postgresql", "redis://127.0.0.1:6379/0"], result.stderr
