@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
     "scheduling",
@@ -145,6 +146,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": envint("API_PAGE_SIZE", 50, minimum=1, maximum=1000),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "EXCEPTION_HANDLER": "scheduling.api.exceptions.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "quotaportal API",
@@ -152,6 +154,15 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # The docs page's JavaScript comes from drf-spectacular-sidecar's static files, not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "scheduling.models.JobStatus",
+        "ReportedJobStatusEnum": "scheduling.services.REPORTABLE_STATUSES",
+        "TrainingPlanStatusEnum": "scheduling.models.TrainingPlan.Status",
+    },
 }
 
 LOGGING = {

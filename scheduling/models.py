@@ -252,9 +252,10 @@ FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 class Job(models.Model):
     name = models.CharField(max_length=128, validators=[name_validator])
-    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="jobs")
-    quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="jobs")
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    # The (x, status) indexes in Meta serve these foreign keys too: every index is work for each pass's writes.
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="jobs", db_index=False)
+    quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="jobs", db_index=False)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs", db_index=False)
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
     )
@@ -271,7 +272,7 @@ class Job(models.Model):
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.RUNNABLE)
     status_reason = models.TextField(blank=True, default="")
     selected_instance_type = models.ForeignKey(
-        InstanceType, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+        InstanceType, on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
     )
     selected_instance_count = models.PositiveIntegerField(null=True, blank=True)
     selected_training_plan = models.ForeignKey(
@@ -394,18 +395,21 @@ class Event(models.Model):
     """What happened, for people and for the audit log. Never updated once written."""
 
     kind = models.CharField(max_length=32, choices=EventKind.choices)
-    job_queue = models.ForeignKey(JobQueue, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Only the indexes the event log reads by are kept: a pass writes thousands of events at once.
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                  db_index=False)
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
     quota_share = models.ForeignKey(QuotaShare, on_delete=models.SET_NULL, null=True, blank=True,
-                                    related_name="events")
-    other_job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+                                    related_name="events", db_index=False)
+    other_job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                  db_index=False)
     other_share = models.ForeignKey(QuotaShare, on_delete=models.SET_NULL, null=True, blank=True,
-                                    related_name="+")
+                                    related_name="+", db_index=False)
     instance_type = models.ForeignKey(InstanceType, on_delete=models.SET_NULL, null=True, blank=True,
-                                      related_name="+")
+                                      related_name="+", db_index=False)
     instances = models.PositiveIntegerField(null=True, blank=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                              related_name="+")
+                              related_name="+", db_index=False)
     message = models.TextField()
     # For CONFIG_CHANGED: {"object": ..., "id": ..., "before": {...}, "after": {...}}.
     data = models.JSONField(default=dict, blank=True)
@@ -416,6 +420,7 @@ class Event(models.Model):
         indexes = [
             models.Index(fields=["kind", "created_at"], name="event_kind_created_idx"),
             models.Index(fields=["quota_share", "created_at"], name="event_share_created_idx"),
+            models.Index(fields=["job_queue", "created_at"], name="event_queue_created_idx"),
         ]
 
     def __str__(self) -> str:

@@ -7,12 +7,15 @@ queue's row lock inside one transaction (see `services.queue_pass_run`).
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Model, QuerySet
 
 from scheduling import engine
 from scheduling.engine import types as et
@@ -40,32 +43,52 @@ _JOB_COLUMNS = (
     "max_pending_seconds", "preemption_count", "preemption_retries_before_termination", "status_reason",
     "queue_position", "borrowed_instances",
 )
+_SHARE, _REASON, _POSITION = (_JOB_COLUMNS.index(name) for name in ("quota_share_id", "status_reason", "queue_position"))
 
 
 @dataclass
 class Index:
-    """What the writer needs beside the snapshot: names <-> ids and each job's current row."""
+    """What the writer needs beside the snapshot: names <-> ids and each job's current row (a `_JOB_COLUMNS` tuple)."""
 
     type_ids: dict[str, int]
     type_names: dict[int, str]
     plan_ids: dict[str, int]
     share_names: dict[int, str]
-    jobs: dict[int, dict] = field(default_factory=dict)
+    jobs: dict[int, tuple] = field(default_factory=dict)
+
+
+def snapshot_querysets(*, job_queue: JobQueue) -> dict[str, QuerySet]:
+    """The 8 reads a pass makes, whatever the number of jobs (the benchmark times them raw as its floor)."""
+    queue_id = job_queue.pk
+    return {
+        "types": InstanceType.objects.values_list("id", "name"),
+        "capacity": EnvironmentCapacity.objects.filter(
+            service_environment_id=job_queue.service_environment_id).values_list("instance_type_id", "max_capacity"),
+        "limits": ShareCapacityLimit.objects.filter(quota_share__job_queue_id=queue_id).values_list(
+            "quota_share_id", "instance_type_id", "max_capacity"),
+        "shares": QuotaShare.objects.filter(job_queue_id=queue_id).values(
+            "id", "name", "strategy", "borrow_limit", "in_share_preemption", "state").order_by("id"),
+        "plan_shares": TrainingPlan.quota_shares.through.objects.filter(
+            trainingplan__job_queue_id=queue_id).values_list("trainingplan_id", "quotashare_id"),
+        "plans": TrainingPlan.objects.filter(job_queue_id=queue_id).values(
+            "id", "name", "instance_type_id", "instance_count", "start_time", "end_time").order_by("id"),
+        # Placed jobs need their lists too: a job drained off a plan falls back in the same pass.
+        "preferences": JobPreference.objects.filter(
+            job__job_queue_id=queue_id, job__status__in=UNFINISHED_STATUSES,
+        ).order_by("job_id", "position").values_list("job_id", "instance_type_id", "instance_count",
+                                                     "training_plan_id"),
+        "jobs": Job.objects.filter(job_queue_id=queue_id, status__in=UNFINISHED_STATUSES).values_list(
+            *_JOB_COLUMNS).order_by("id"),
+    }
 
 
 def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, Index]:
     """Read one queue into an engine Snapshot in 8 queries, whatever the number of jobs."""
-    type_names = dict(InstanceType.objects.values_list("id", "name"))
-    capacity = {
-        type_names[type_id]: maximum
-        for type_id, maximum in EnvironmentCapacity.objects.filter(
-            service_environment_id=job_queue.service_environment_id
-        ).values_list("instance_type_id", "max_capacity")
-    }
+    reads = snapshot_querysets(job_queue=job_queue)
+    type_names = dict(reads["types"])
+    capacity = {type_names[type_id]: maximum for type_id, maximum in reads["capacity"]}
     limits: dict[int, dict[str, int]] = {}
-    for share_id, type_id, maximum in ShareCapacityLimit.objects.filter(
-        quota_share__job_queue_id=job_queue.pk
-    ).values_list("quota_share_id", "instance_type_id", "max_capacity"):
+    for share_id, type_id, maximum in reads["limits"]:
         limits.setdefault(share_id, {})[type_names[type_id]] = maximum
     shares = tuple(
         et.Share(
@@ -73,18 +96,12 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             borrow_limit=row["borrow_limit"], in_share_preemption=row["in_share_preemption"],
             enabled=row["state"] == State.ENABLED,
         )
-        for row in QuotaShare.objects.filter(job_queue_id=job_queue.pk)
-        .values("id", "name", "strategy", "borrow_limit", "in_share_preemption", "state").order_by("id")
+        for row in reads["shares"]
     )
     plan_shares: dict[int, set[int]] = {}
-    for plan_id, share_id in TrainingPlan.quota_shares.through.objects.filter(
-        trainingplan__job_queue_id=job_queue.pk
-    ).values_list("trainingplan_id", "quotashare_id"):
+    for plan_id, share_id in reads["plan_shares"]:
         plan_shares.setdefault(plan_id, set()).add(share_id)
-    plan_rows = list(
-        TrainingPlan.objects.filter(job_queue_id=job_queue.pk)
-        .values("id", "name", "instance_type_id", "instance_count", "start_time", "end_time").order_by("id")
-    )
+    plan_rows = list(reads["plans"])
     plan_names = {row["id"]: row["name"] for row in plan_rows}
     plans = tuple(
         et.Plan(
@@ -94,41 +111,43 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
         )
         for row in plan_rows
     )
+    # Many jobs ask for the same entries; frozen Entry objects are shared rather than built 30,000 times.
+    entry_cache: dict[tuple, et.Entry] = {}
     entries: dict[int, list[et.Entry]] = {}
-    for job_id, type_id, count, plan_id in JobPreference.objects.filter(
-        job__job_queue_id=job_queue.pk, job__status=JobStatus.RUNNABLE
-    ).order_by("job_id", "position").values_list("job_id", "instance_type_id", "instance_count", "training_plan_id"):
-        entries.setdefault(job_id, []).append(
-            et.Entry(instance_type=type_names[type_id], instance_count=count,
-                     training_plan=plan_names.get(plan_id) if plan_id else None)
-        )
+    for job_id, type_id, count, plan_id in reads["preferences"]:
+        key = (type_id, count, plan_id)
+        entry = entry_cache.get(key)
+        if entry is None:
+            entry = entry_cache[key] = et.Entry(
+                instance_type=type_names[type_id], instance_count=count,
+                training_plan=plan_names.get(plan_id) if plan_id else None)
+        entries.setdefault(job_id, []).append(entry)
     index = Index(
         type_ids={name: type_id for type_id, name in type_names.items()},
         type_names=type_names,
         plan_ids={name: plan_id for plan_id, name in plan_names.items()},
         share_names={share.id: share.name for share in shares},
     )
+    statuses = {status.value: status for status in et.JobStatus}
+    runnable = et.JobStatus.RUNNABLE
     jobs = []
-    for values in Job.objects.filter(job_queue_id=job_queue.pk, status__in=UNFINISHED_STATUSES).values_list(
-        *_JOB_COLUMNS
-    ).order_by("id"):
-        row = dict(zip(_JOB_COLUMNS, values, strict=True))
-        index.jobs[row["id"]] = row
+    for row in reads["jobs"]:
+        (job_id, _name, share_id, priority, created_at, status, type_id, count, plan_id, scheduled_at,
+         runnable_since, max_pending, preemptions, preemption_retries, _reason, _position, _borrowed) = row
+        index.jobs[job_id] = row
+        status = statuses[status]
         placement = None
-        if row["status"] != JobStatus.RUNNABLE:
-            plan_id = row["selected_training_plan_id"]
+        if status is not runnable:
             placement = et.Placement(
-                instance_type=type_names[row["selected_instance_type_id"]],
-                instance_count=row["selected_instance_count"],
+                instance_type=type_names[type_id], instance_count=count,
                 training_plan=plan_names.get(plan_id, f"#{plan_id}") if plan_id else None,
-                scheduled_at=row["scheduled_at"] or row["created_at"],
+                scheduled_at=scheduled_at or created_at,
             )
         jobs.append(et.Job(
-            id=row["id"], share_id=row["quota_share_id"], priority=row["scheduling_priority"],
-            submitted_at=row["created_at"], entries=tuple(entries.get(row["id"], ())),
-            status=et.JobStatus(row["status"]), placement=placement, runnable_since=row["runnable_since"],
-            max_pending_seconds=row["max_pending_seconds"], preemption_count=row["preemption_count"],
-            preemption_retries_before_termination=row["preemption_retries_before_termination"],
+            id=job_id, share_id=share_id, priority=priority, submitted_at=created_at,
+            entries=tuple(entries.get(job_id, ())), status=status, placement=placement,
+            runnable_since=runnable_since, max_pending_seconds=max_pending, preemption_count=preemptions,
+            preemption_retries_before_termination=preemption_retries,
         ))
     snap = et.Snapshot(
         now=now, capacity=capacity, shares=shares, jobs=tuple(jobs), plans=plans,
@@ -183,18 +202,17 @@ def decisions_write(
 ) -> tuple[list[int], list[int]]:
     """Write a pass's decisions: job rows, attempts and events, each with bulk statements."""
     changed: dict[int, dict] = {}
-    events: list[Event] = []
+    events: list[dict] = []
     stopped: dict[int, str] = {}  # job id -> why its open attempt ended
 
     def row(job_id: int) -> dict:
         if job_id not in changed:
-            changed[job_id] = dict(index.jobs[job_id])
+            changed[job_id] = dict(zip(_JOB_COLUMNS, index.jobs[job_id], strict=True))
         return changed[job_id]
 
     def event(kind: str, job_id: int, message: str, **extra) -> None:
-        current = index.jobs[job_id]
-        events.append(Event(
-            kind=kind, job_id=job_id, job_queue_id=job_queue.pk, quota_share_id=current["quota_share_id"],
+        events.append(dict(
+            kind=str(kind), job_id=job_id, job_queue_id=job_queue.pk, quota_share_id=index.jobs[job_id][_SHARE],
             message=message, created_at=now, **extra,
         ))
 
@@ -235,7 +253,7 @@ def decisions_write(
         job.update(status=JobStatus.FAILED, status_reason=reason, stopped_at=now, queue_position=None)
         event(EventKind.FAILED, timeout.job_id, reason)
 
-    attempts: list[JobAttempt] = []
+    attempts: list[dict] = []
     admitted: list[int] = []
     for admission in decisions.admissions:
         job = row(admission.job_id)
@@ -246,9 +264,9 @@ def decisions_write(
                    selected_instance_type_id=type_id, selected_instance_count=admission.instance_count,
                    selected_training_plan_id=plan_id, borrowed_instances=admission.borrowed, scheduled_at=now,
                    stopped_at=None)
-        attempts.append(JobAttempt(job_id=admission.job_id, instance_type_id=type_id,
-                                   instance_count=admission.instance_count, training_plan_id=plan_id,
-                                   borrowed_instances=admission.borrowed, scheduled_at=now))
+        attempts.append(dict(job_id=admission.job_id, instance_type_id=type_id,
+                             instance_count=admission.instance_count, training_plan_id=plan_id,
+                             borrowed_instances=admission.borrowed, scheduled_at=now))
         placed = dict(instance_type_id=type_id, instances=admission.instance_count)
         event(EventKind.ADMITTED, admission.job_id, admission.message, **placed)
         if admission.borrowed:
@@ -266,19 +284,19 @@ def decisions_write(
             changed[pending.job_id].update(status_reason=pending.reason, queue_position=pending.queue_position)
             continue
         current = index.jobs[pending.job_id]
-        if current["status_reason"] != pending.reason or current["queue_position"] != pending.queue_position:
+        if current[_REASON] != pending.reason or current[_POSITION] != pending.queue_position:
             pending_only[pending.job_id] = {"status_reason": pending.reason, "queue_position": pending.queue_position}
 
     if stopped:
-        open_attempts = list(JobAttempt.objects.filter(job_id__in=list(stopped), stopped_at__isnull=True))
-        for attempt in open_attempts:
-            attempt.stopped_at = now
-            attempt.status_reason = stopped[attempt.job_id]
-        JobAttempt.objects.bulk_update(open_attempts, ["stopped_at", "status_reason"], batch_size=500)
-    rows_update(table=Job._meta.db_table, fields=_FULL_FIELDS, rows=changed)
-    rows_update(table=Job._meta.db_table, fields=_PENDING_FIELDS, rows=pending_only)
-    JobAttempt.objects.bulk_create(attempts, batch_size=500)
-    Event.objects.bulk_create(events, batch_size=500)
+        open_attempts = JobAttempt.objects.filter(job_id__in=list(stopped), stopped_at__isnull=True)
+        rows_update(model=JobAttempt, fields=("stopped_at", "status_reason"), rows={
+            attempt_id: {"stopped_at": now, "status_reason": stopped[job_id]}
+            for attempt_id, job_id in open_attempts.values_list("id", "job_id")
+        })
+    rows_update(model=Job, fields=_FULL_FIELDS, rows=changed)
+    rows_update(model=Job, fields=_PENDING_FIELDS, rows=pending_only)
+    rows_insert(JobAttempt, attempts)
+    rows_insert(Event, events)
     return admitted, preempted
 
 
@@ -290,43 +308,67 @@ def _preemption_code(kind: et.PreemptionKind) -> str:
     }[kind]
 
 
-def rows_update(*, table: str, fields: tuple[str, ...], rows: dict[int, dict]) -> None:
-    """UPDATE many rows by id with per-row values in few statements.
+def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, dict]) -> None:
+    """UPDATE many rows by id with per-row values, in a fixed number of statements on PostgreSQL.
 
-    Django's bulk_update builds one CASE per field whose cost grows with the square of the batch; a pass may
-    rewrite thousands of pending reasons, so on PostgreSQL this joins a VALUES list instead, and elsewhere it
-    falls back to one parameterised UPDATE per row through executemany.
+    A pass may rewrite thousands of pending reasons. Django's bulk_update builds one CASE per field whose
+    cost grows with the square of the batch, so on PostgreSQL the values are streamed with COPY into a
+    temporary table and applied with one UPDATE ... FROM; elsewhere one parameterised UPDATE per row runs
+    through executemany.
     """
     if not rows:
         return
     qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
     ids = sorted(rows)
     if connection.vendor == "postgresql":
-        columns = {f.column: f for f in Job._meta.concrete_fields}
-        casts = [columns[name].db_type(connection) for name in fields]
-        assignments = ", ".join(f"{qn(name)} = v.{qn(name)}" for name in fields)
-        column_list = ", ".join(["id", *(qn(name) for name in fields)])
-        per_row = "(" + ", ".join(["%s::bigint", *(f"%s::{cast}" for cast in casts)]) + ")"
+        columns = {f.column: f for f in model._meta.concrete_fields}
+        staging = qn(f"qp_update_{model._meta.model_name}_{next(_staging_names)}")
+        definition = ", ".join(["id bigint", *(f"{qn(n)} {columns[n].db_type(connection)}" for n in fields)])
         with connection.cursor() as cursor:
-            for start in range(0, len(ids), 2000):
-                chunk = ids[start:start + 2000]
-                params: list = []
-                for job_id in chunk:
-                    params.append(job_id)
-                    params.extend(_db_value(rows[job_id][name]) for name in fields)
-                values = ", ".join([per_row] * len(chunk))
-                cursor.execute(
-                    f"UPDATE {qn(table)} AS t SET {assignments} FROM (VALUES {values}) AS v({column_list}) "
-                    f"WHERE t.id = v.id",
-                    params,
-                )
+            cursor.execute(f"CREATE TEMPORARY TABLE {staging} ({definition}) ON COMMIT DROP")
+            copy_rows(cursor, staging, ("id", *fields),
+                      ([row_id, *(rows[row_id][name] for name in fields)] for row_id in ids))
+            cursor.execute(f"ANALYZE {staging}")  # a temporary table has no statistics until asked
+            assignments = ", ".join(f"{qn(name)} = v.{qn(name)}" for name in fields)
+            cursor.execute(f"UPDATE {table} AS t SET {assignments} FROM {staging} AS v WHERE t.id = v.id")
+            cursor.execute(f"DROP TABLE {staging}")
         return
     assignments = ", ".join(f"{qn(name)} = %s" for name in fields)
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"UPDATE {qn(table)} SET {assignments} WHERE id = %s",
-            [[*(_db_value(rows[job_id][name]) for name in fields), job_id] for job_id in ids],
+            f"UPDATE {table} SET {assignments} WHERE id = %s",
+            [[*(_db_value(rows[row_id][name]) for name in fields), row_id] for row_id in ids],
         )
+
+
+def rows_insert(model: type[Model], rows: list[dict]) -> None:
+    """INSERT many new rows (dicts by attname) whose ids nobody needs back: one COPY on PostgreSQL."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create([model(**row) for row in rows])
+        return
+    concrete = [f for f in model._meta.concrete_fields if not f.primary_key]
+    defaults = {f.attname: f.get_default() for f in concrete}
+    with connection.cursor() as cursor:
+        copy_rows(cursor, connection.ops.quote_name(model._meta.db_table), tuple(f.column for f in concrete),
+                  ([row.get(f.attname, defaults[f.attname]) for f in concrete] for row in rows))
+
+
+def copy_rows(cursor, table: str, columns: tuple[str, ...], rows) -> None:
+    """Stream rows into a PostgreSQL table with COPY, logged like any query so query budgets count it."""
+    qn = connection.ops.quote_name
+    sql = f"COPY {table} ({', '.join(qn(c) for c in columns)}) FROM STDIN"
+    started = time.perf_counter()
+    with cursor.cursor.copy(sql) as copy:
+        for row in rows:
+            copy.write_row([json.dumps(v) if isinstance(v, dict | list) else _db_value(v) for v in row])
+    if connection.queries_logged:
+        connection.queries_log.append({"sql": sql, "time": f"{time.perf_counter() - started:.3f}"})
+
+
+_staging_names = itertools.count()
 
 
 def _db_value(value):

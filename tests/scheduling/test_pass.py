@@ -1,0 +1,176 @@
+"""The pass through the database: snapshot in, decisions written, events and the pass record."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduling import services
+from scheduling.models import Event, EventKind, Job, JobAttempt, JobStatus, QuotaShare, SchedulingPass
+from tests.factories import JobQueueFactory, environment_with, job_in, plan_for, share_with
+
+pytestmark = pytest.mark.django_db
+
+P5, P4 = "ml.p5.48xlarge", "ml.p4d.24xlarge"
+
+
+@pytest.fixture
+def queue():
+    queue = JobQueueFactory(name="training")
+    environment_with(queue, {P5: 8, P4: 8})
+    return queue
+
+
+def run_pass(queue):
+    return services.queue_pass_run(job_queue_id=queue.pk, trigger="test")
+
+
+def test_pass_places_a_job_and_records_attempt_events_and_pass(queue):
+    nlp = share_with(queue, "nlp", {P5: 4})
+    job = job_in(nlp, [(P5, 2)])
+    result = run_pass(queue)
+    job.refresh_from_db()
+    assert result.admitted == [job.pk] and result.preempted == []
+    assert job.status == JobStatus.SCHEDULED
+    assert (job.selected_instance_type.name, job.selected_instance_count, job.borrowed_instances) == (P5, 2, 0)
+    assert job.scheduled_at is not None and job.queue_position is None
+    attempt = JobAttempt.objects.get(job=job)
+    assert attempt.stopped_at is None and attempt.instance_count == 2
+    assert list(job.events.values_list("kind", flat=True)) == [EventKind.ADMITTED]
+    record = SchedulingPass.objects.get()
+    assert (record.jobs_considered, record.placed_within_quota, record.trigger) == (1, 1, "test")
+
+
+def test_pass_writes_borrowing_and_fallback_events(queue):
+    nlp = share_with(queue, "nlp", {P5: 2}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    share_with(queue, "vision", {P5: 5, P4: 8}, strategy=QuotaShare.Strategy.RESERVE)  # P4 all RESERVEd, 1 P5 free
+    job = job_in(nlp, [(P4, 2), (P5, 3)])
+    run_pass(queue)
+    job.refresh_from_db()
+    assert (job.selected_instance_type.name, job.borrowed_instances) == (P5, 1)
+    kinds = set(job.events.values_list("kind", flat=True))
+    assert kinds == {EventKind.ADMITTED, EventKind.BORROWED, EventKind.FALLBACK}
+    record = SchedulingPass.objects.get()
+    assert (record.placed_borrowing, record.fallbacks) == (1, 1)
+
+
+def test_pass_reclaim_returns_the_borrower_to_the_queue_and_names_both_sides(queue):
+    lender = share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
+    borrower = share_with(queue, "vision", {P5: 4}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    borrowing = job_in(borrower, [(P5, 8)], name="big")
+    run_pass(queue)
+    borrowing.refresh_from_db()
+    assert borrowing.borrowed_instances == 4
+    claimant = job_in(lender, [(P5, 2)], name="mine")
+    result = run_pass(queue)
+    borrowing.refresh_from_db()
+    claimant.refresh_from_db()
+    assert result.preempted == [borrowing.pk] and result.admitted == [claimant.pk]
+    assert borrowing.status == JobStatus.RUNNABLE and borrowing.preemption_count == 1
+    assert borrowing.selected_instance_type is None and borrowing.queue_position == 1
+    assert borrowing.status_reason  # a reason a person can act on
+    event = Event.objects.get(kind=EventKind.PREEMPTED_RECLAIM)
+    assert (event.job_id, event.other_job_id, event.quota_share_id, event.other_share_id) == (
+        borrowing.pk, claimant.pk, borrower.pk, lender.pk)
+    assert "nlp" in event.message and "vision" in event.message
+    closed = JobAttempt.objects.get(job=borrowing)
+    assert closed.stopped_at is not None and closed.status_reason.startswith("PREEMPTED_RECLAIM: ")
+
+
+def test_pass_fails_a_job_whose_preemption_retries_are_exhausted(queue):
+    lender = share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
+    borrower = share_with(queue, "vision", {P5: 4}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    borrowing = job_in(borrower, [(P5, 8)], preemption_retries_before_termination=0)
+    run_pass(queue)
+    job_in(lender, [(P5, 1)])
+    run_pass(queue)
+    borrowing.refresh_from_db()
+    assert borrowing.status == JobStatus.FAILED
+    assert borrowing.status_reason.startswith("PREEMPTION_RETRIES_EXHAUSTED")
+    assert borrowing.stopped_at is not None
+
+
+def test_pass_drains_a_job_from_an_expiring_plan_and_falls_back(queue, settings):
+    settings.PLAN_DRAIN_SECONDS = 1800
+    nlp = share_with(queue, "nlp", {P5: 4})
+    plan = plan_for(queue, "dec-p5", P5, 4, starts_in=timedelta(days=-1), lasts=timedelta(days=2))
+    job = job_in(nlp, [(P5, 2, plan), (P5, 2)])
+    run_pass(queue)
+    job.refresh_from_db()
+    assert job.selected_training_plan_id == plan.pk
+    plan.end_time = timezone.now() + timedelta(minutes=10)
+    plan.save()
+    run_pass(queue)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SCHEDULED and job.selected_training_plan_id is None
+    assert job.preemption_count == 0
+    assert job.events.filter(kind=EventKind.PLAN_EXPIRING).exists()
+    first, second = JobAttempt.objects.filter(job=job).order_by("id")
+    assert first.status_reason.startswith("TRAINING_PLAN_EXPIRING") and second.stopped_at is None
+
+
+def test_pass_fails_a_job_pending_past_its_max_pending_seconds(queue):
+    nlp = share_with(queue, "nlp", {P5: 1})
+    job = job_in(nlp, [(P5, 1)])
+    job_in(nlp, [(P5, 1)], name="late", max_pending_seconds=60,
+           runnable_since=timezone.now() - timedelta(minutes=5))
+    run_pass(queue)
+    late = Job.objects.get(name="late")
+    assert late.status == JobStatus.FAILED and late.status_reason.startswith("PENDING_TIMEOUT")
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SCHEDULED
+    assert SchedulingPass.objects.get().timeouts == 1
+
+
+def test_pass_writes_why_pending_and_queue_positions(queue):
+    nlp = share_with(queue, "nlp", {P5: 2})
+    job_in(nlp, [(P5, 2)], name="first")
+    second = job_in(nlp, [(P5, 2)], name="second")
+    third = job_in(nlp, [(P5, 1)], name="third")
+    run_pass(queue)
+    second.refresh_from_db()
+    third.refresh_from_db()
+    assert (second.queue_position, third.queue_position) == (1, 2)
+    assert second.status_reason == "ml.p5.48xlarge x2: share nlp at its limit 2/2 and RESERVE cannot borrow"
+
+
+def test_a_settled_queue_pass_changes_nothing(queue, django_assert_max_num_queries):
+    nlp = share_with(queue, "nlp", {P5: 1})
+    job_in(nlp, [(P5, 1)])
+    job_in(nlp, [(P5, 1)])
+    run_pass(queue)
+    events = Event.objects.count()
+    with django_assert_max_num_queries(12):
+        result = run_pass(queue)
+    assert result.admitted == [] and Event.objects.count() == events
+
+
+def pass_query_count(name: str, jobs: int) -> int:
+    queue = JobQueueFactory(name=name)
+    environment_with(queue, {P5: 8, P4: 8})
+    nlp = share_with(queue, f"{name}-nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
+    vision = share_with(queue, f"{name}-vision", {P5: 4}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    for i in range(jobs):
+        job_in(vision if i % 2 else nlp, [(P5, 1), (P4, 1)], name=f"j{i}")
+    with CaptureQueriesContext(connection) as captured:
+        run_pass(queue)
+    return len(captured)
+
+
+def test_pass_query_count_does_not_grow_with_jobs():
+    small, large = pass_query_count("small", 12), pass_query_count("large", 120)
+    # lock, 8 reads, bulk writes of jobs, attempts and events, the pass record: fixed, whatever the jobs
+    assert small == large <= 30
+
+
+def test_disabled_queue_places_nothing_and_says_so(queue):
+    nlp = share_with(queue, "nlp", {P5: 1})
+    job = job_in(nlp, [(P5, 1)])
+    queue.state = "DISABLED"
+    queue.save()
+    run_pass(queue)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNABLE and "disabled" in job.status_reason

@@ -1,0 +1,67 @@
+"""Passes are enqueued after commit on every change, once per queue per transaction, unless AUTOPASS is off."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+
+from scheduling import rules, services, tasks
+from scheduling.models import JobStatus, SchedulingPass
+from tests.factories import InstanceTypeFactory, JobQueueFactory, MembershipFactory, environment_with, share_with
+
+pytestmark = pytest.mark.django_db
+
+P5 = "ml.p5.48xlarge"
+
+
+@pytest.fixture
+def nlp():
+    queue = JobQueueFactory(name="training")
+    environment_with(queue, {P5: 4})
+    return share_with(queue, "nlp", {P5: 4})
+
+
+def submit(nlp, user, name="train"):
+    return services.job_submit(user=user, submission=services.JobSubmission(
+        name=name, job_queue=nlp.job_queue, quota_share=nlp,
+        instance_preferences=[rules.PreferenceInput(InstanceTypeFactory(name=P5), 1)]))[0]
+
+
+def test_submission_enqueues_one_pass_after_commit(nlp, settings, django_capture_on_commit_callbacks):
+    settings.QUOTAPORTAL_AUTOPASS = True
+    user = MembershipFactory(team=nlp.team).user
+    with mock.patch.object(tasks.run_queue_pass, "delay") as delay:
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            from django.db import transaction
+
+            with transaction.atomic():
+                submit(nlp, user, "a")
+                submit(nlp, user, "b")
+                assert delay.call_count == 0  # never inside the transaction
+    assert len(callbacks) == 1
+    delay.assert_called_once_with(nlp.job_queue_id, "submit")
+
+
+def test_autopass_off_enqueues_nothing(nlp, django_capture_on_commit_callbacks):
+    user = MembershipFactory(team=nlp.team).user
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        submit(nlp, user)
+    assert callbacks == []
+
+
+def test_pass_task_runs_a_pass_and_tolerates_a_deleted_queue(nlp):
+    user = MembershipFactory(team=nlp.team).user
+    job = submit(nlp, user)
+    assert tasks.run_queue_pass.apply(args=(nlp.job_queue_id, "test")).get() == {
+        "job_queue_id": nlp.job_queue_id, "admitted": 1, "preempted": 0}
+    job.refresh_from_db()
+    assert job.status == JobStatus.SCHEDULED
+    assert SchedulingPass.objects.filter(trigger="test").count() == 1
+    assert tasks.run_queue_pass.apply(args=(999999,)).get()["skipped"] == "queue no longer exists"
+
+
+def test_beat_enqueues_a_pass_per_queue(nlp):
+    with mock.patch.object(tasks.run_queue_pass, "delay") as delay:
+        assert tasks.run_all_passes.apply().get() == 1
+    delay.assert_called_once_with(nlp.job_queue_id, "beat")
