@@ -134,6 +134,9 @@ QUOTAPORTAL_AUTOPASS = envbool("QUOTAPORTAL_AUTOPASS", True)
 PLAN_DRAIN_SECONDS = envint("PLAN_DRAIN_SECONDS", 1800, minimum=0)
 PASS_INTERVAL_SECONDS = envint("PASS_INTERVAL_SECONDS", 5, minimum=1, maximum=3600)
 SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0)
+# Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
+SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1)
+HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)
 
 # --- REST framework -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -177,4 +180,5 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     "scheduling-passes": {"task": "scheduling.tasks.run_all_passes", "schedule": float(PASS_INTERVAL_SECONDS)},
     "simulated-executor": {"task": "scheduling.tasks.simulated_executor_tick", "schedule": 2.0},
+    "prune-history": {"task": "scheduling.tasks.prune_history", "schedule": 3600.0},
 }

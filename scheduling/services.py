@@ -37,6 +37,7 @@ from scheduling.models import (
     QuotaShare,
     SchedulingPass,
     ServiceEnvironment,
+    ShareUsageSample,
     ShareCapacityLimit,
     State,
     Team,
@@ -423,6 +424,17 @@ def simulated_executor_tick(*, job_queue_id: int, now=None) -> int:
                              now=now)
                 moves += 1
     return moves
+
+
+# --- history ---------------------------------------------------------------------------------------------
+
+
+def history_prune(*, now=None) -> int:
+    """Delete utilization samples and pass records older than HISTORY_DAYS; returns rows deleted."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.HISTORY_DAYS)
+    samples, _ = ShareUsageSample.objects.filter(taken_at__lt=cutoff).delete()
+    passes, _ = SchedulingPass.objects.filter(started_at__lt=cutoff).delete()
+    return samples + passes
 
 
 # --- configuration writes (API) -------------------------------------------------------------------------

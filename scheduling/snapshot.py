@@ -15,9 +15,10 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Model, QuerySet
+from django.db.models import Max, Model, QuerySet
 
 from scheduling import engine
+from scheduling.engine import accounting
 from scheduling.engine import types as et
 from scheduling.models import (
     UNFINISHED_STATUSES,
@@ -33,6 +34,7 @@ from scheduling.models import (
     QuotaShare,
     SchedulingPass,
     ShareCapacityLimit,
+    ShareUsageSample,
     State,
     TrainingPlan,
 )
@@ -182,6 +184,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     decisions = engine.schedule(snap)
     engine_ms = (time.perf_counter() - engine_started) * 1000
     admitted, preempted = decisions_write(job_queue=job_queue, decisions=decisions, index=index, now=now)
+    usage_sample(job_queue=job_queue, snap=snap, decisions=decisions, index=index, now=now)
     stats = decisions.stats
     duration_ms = (time.perf_counter() - started) * 1000
     record = SchedulingPass.objects.create(
@@ -195,6 +198,43 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     )
     return PassOutcome(admitted=admitted, preempted=preempted, duration_ms=duration_ms, engine_ms=engine_ms,
                        record=record, decisions=decisions)
+
+
+def usage_after(snap: et.Snapshot, decisions: et.Decisions) -> dict[tuple[int, str], int]:
+    """(share id, type) -> on-demand instances held once the pass's decisions are applied."""
+    stopped = {p.job_id for p in decisions.preemptions} | {d.job_id for d in decisions.drains}
+    usage: dict[tuple[int, str], int] = {}
+    for job in snap.jobs:
+        placement = job.placement
+        if placement is not None and placement.training_plan is None and job.id not in stopped:
+            key = (job.share_id, placement.instance_type)
+            usage[key] = usage.get(key, 0) + placement.instance_count
+    for admission in decisions.admissions:
+        if admission.training_plan is None:
+            key = (admission.share_id, admission.instance_type)
+            usage[key] = usage.get(key, 0) + admission.instance_count
+    return usage
+
+
+def usage_sample(*, job_queue: JobQueue, snap: et.Snapshot, decisions: et.Decisions, index: Index,
+                 now: datetime) -> None:
+    """Every SAMPLE_INTERVAL_SECONDS, record per share and type what the charts draw: owned, borrowed, lent."""
+    last = ShareUsageSample.objects.filter(quota_share__job_queue_id=job_queue.pk).aggregate(
+        last=Max("taken_at"))["last"]
+    if last is not None and (now - last).total_seconds() < settings.SAMPLE_INTERVAL_SECONDS:
+        return
+    rows, _, _ = accounting.share_usage(
+        capacity=snap.capacity, limits={share.id: share.limits for share in snap.shares},
+        strategies={share.id: share.strategy for share in snap.shares}, usage=usage_after(snap, decisions))
+    pending: dict[int, int] = {}
+    for item in decisions.pending:
+        pending[item.share_id] = pending.get(item.share_id, 0) + 1
+    rows_insert(ShareUsageSample, [
+        dict(quota_share_id=row.share_id, instance_type_id=index.type_ids[row.instance_type], taken_at=now,
+             limit=row.limit, usage=row.usage, borrowed=row.borrowed, lent=row.lent,
+             pending=pending.get(row.share_id, 0))
+        for row in rows if row.share_id in index.share_names
+    ])
 
 
 def decisions_write(

@@ -37,3 +37,9 @@ def simulated_executor_tick() -> int:
         service_environment__state=State.ENABLED,
     ).values_list("pk", flat=True)
     return sum(services.simulated_executor_tick(job_queue_id=queue_id) for queue_id in queue_ids)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def prune_history() -> int:
+    """Drop utilization samples and pass records older than HISTORY_DAYS (events are the audit log: kept)."""
+    return services.history_prune()

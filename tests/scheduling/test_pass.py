@@ -143,7 +143,7 @@ def test_a_settled_queue_pass_changes_nothing(queue, django_assert_max_num_queri
     job_in(nlp, [(P5, 1)])
     run_pass(queue)
     events = Event.objects.count()
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(13):
         result = run_pass(queue)
     assert result.admitted == [] and Event.objects.count() == events
 
@@ -174,3 +174,32 @@ def test_disabled_queue_places_nothing_and_says_so(queue):
     run_pass(queue)
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNABLE and "disabled" in job.status_reason
+
+
+def test_pass_samples_utilization_at_most_once_per_interval(queue, settings):
+    from scheduling.models import ShareUsageSample
+
+    settings.SAMPLE_INTERVAL_SECONDS = 30
+    lender = share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
+    borrower = share_with(queue, "vision", {P5: 2}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    job_in(borrower, [(P5, 6)])
+    job_in(borrower, [(P5, 8)], name="waits")
+    run_pass(queue)
+    run_pass(queue)
+    samples = {s.quota_share.name: s for s in ShareUsageSample.objects.select_related("quota_share")}
+    assert ShareUsageSample.objects.count() == 2
+    assert (samples["vision"].usage, samples["vision"].borrowed, samples["vision"].pending) == (6, 4, 1)
+    # 2 of the 4 borrowed come from the free pool (8 - 4 - 2), the other 2 from nlp's idle capacity
+    assert (samples["nlp"].usage, samples["nlp"].lent) == (0, 2)
+
+
+def test_history_prune_keeps_recent_rows(queue, settings):
+    from scheduling.models import ShareUsageSample
+
+    settings.HISTORY_DAYS = 8
+    share_with(queue, "nlp", {P5: 1})
+    run_pass(queue)
+    assert services.history_prune() == 0
+    # one sample (nlp, P5) and one pass record
+    assert services.history_prune(now=timezone.now() + timedelta(days=9)) == 2
+    assert not ShareUsageSample.objects.exists() and not SchedulingPass.objects.exists()
