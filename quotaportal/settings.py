@@ -137,6 +137,8 @@ SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0)
 # Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
 SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1)
 HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)
+# When set, /metrics answers only requests with `Authorization: Bearer <METRICS_TOKEN>`.
+METRICS_TOKEN = envstr("METRICS_TOKEN", "")
 
 # --- REST framework -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {

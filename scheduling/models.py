@@ -469,3 +469,19 @@ class ShareUsageSample(models.Model):
     class Meta:
         ordering = ["taken_at"]
         indexes = [models.Index(fields=["quota_share", "taken_at"], name="sample_share_taken_idx")]
+
+
+class PassHistogramBucket(models.Model):
+    """Cumulative count of a queue's passes that took at most `le` seconds (`le` NULL: all, with their sum)."""
+
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="+")
+    le = models.FloatField(null=True, blank=True)
+    count = models.BigIntegerField(default=0)
+    sum_seconds = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job_queue", "le"], name="pass_bucket_unique_le"),
+            models.UniqueConstraint(fields=["job_queue"], condition=Q(le__isnull=True),
+                                    name="pass_bucket_unique_total"),
+        ]

@@ -20,6 +20,7 @@ from django.db.models import Max, Model, QuerySet
 from scheduling import engine
 from scheduling.engine import accounting
 from scheduling.engine import types as et
+from scheduling.metrics import pass_histogram_observe
 from scheduling.models import (
     UNFINISHED_STATUSES,
     EnvironmentCapacity,
@@ -187,6 +188,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     usage_sample(job_queue=job_queue, snap=snap, decisions=decisions, index=index, now=now)
     stats = decisions.stats
     duration_ms = (time.perf_counter() - started) * 1000
+    pass_histogram_observe(job_queue_id=job_queue.pk, seconds=duration_ms / 1000)
     record = SchedulingPass.objects.create(
         job_queue=job_queue, started_at=now, duration_ms=duration_ms, engine_ms=engine_ms, trigger=trigger,
         jobs_considered=stats.jobs_considered, placed_within_quota=stats.placed_within_quota,

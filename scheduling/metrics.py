@@ -1,0 +1,103 @@
+"""Prometheus metrics, read from the database at scrape time so every worker on every machine is counted.
+
+Names follow Kueue's style (`kueue_cluster_queue_resource_usage` -> `quotaportal_share_usage`). The pass
+duration histogram is kept cumulatively in the database by each pass (`pass_histogram_observe`), since the
+passes run in Celery workers that the web process cannot see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from django.db.models import Count, F, Q
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from scheduling import selectors
+from scheduling.models import PREEMPTION_KINDS, Event, EventKind, JobQueue, PassHistogramBucket
+
+PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def pass_histogram_observe(*, job_queue_id: int, seconds: float) -> None:
+    """Add one pass duration to the queue's cumulative histogram (2 queries; the rows are made on first use)."""
+    touched = PassHistogramBucket.objects.filter(job_queue_id=job_queue_id).filter(
+        Q(le__gte=seconds) | Q(le__isnull=True)).update(count=F("count") + 1)
+    if not touched:
+        PassHistogramBucket.objects.bulk_create(
+            [PassHistogramBucket(job_queue_id=job_queue_id, le=le, count=int(seconds <= le))
+             for le in PASS_DURATION_BUCKETS]
+            + [PassHistogramBucket(job_queue_id=job_queue_id, le=None, count=1, sum_seconds=seconds)],
+            ignore_conflicts=True)
+        return
+    PassHistogramBucket.objects.filter(job_queue_id=job_queue_id, le__isnull=True).update(
+        sum_seconds=F("sum_seconds") + seconds)
+
+
+class QuotaportalCollector(Collector):
+    """Per share and type usage, limit, borrowed, lent; pending; preemptions by kind; pass durations."""
+
+    def collect(self) -> Iterator:
+        share_labels = ["queue", "share", "instance_type"]
+        usage = GaugeMetricFamily("quotaportal_share_usage", "Instances in use by a share on on-demand capacity",
+                                  labels=share_labels)
+        limit = GaugeMetricFamily("quotaportal_share_limit", "A share's max_capacity for an instance type",
+                                  labels=share_labels)
+        borrowed = GaugeMetricFamily("quotaportal_share_borrowed", "Instances a share uses above its limit",
+                                     labels=share_labels)
+        lent = GaugeMetricFamily("quotaportal_share_lent", "A share's idle instances in use by borrowers",
+                                 labels=share_labels)
+        pending = GaugeMetricFamily("quotaportal_share_pending_jobs", "RUNNABLE jobs of a share",
+                                    labels=["queue", "share"])
+        capacity = GaugeMetricFamily("quotaportal_queue_capacity", "On-demand instances of the queue's environment",
+                                     labels=["queue", "instance_type"])
+        plan_use = GaugeMetricFamily("quotaportal_training_plan_in_use", "Instances in use on a training plan",
+                                     labels=["queue", "training_plan", "instance_type"])
+        for queue in JobQueue.objects.select_related("service_environment").order_by("name"):
+            summary = selectors.queue_usage(job_queue=queue)
+            for share in summary.shares:
+                pending.add_metric([queue.name, share.name], share.pending)
+                for row in share.rows:
+                    labels = [queue.name, share.name, row.instance_type]
+                    usage.add_metric(labels, row.usage)
+                    limit.add_metric(labels, row.limit)
+                    borrowed.add_metric(labels, row.borrowed)
+                    lent.add_metric(labels, row.lent)
+            for type_usage in summary.types:
+                capacity.add_metric([queue.name, type_usage.instance_type], type_usage.capacity)
+            for plan in summary.plans:
+                plan_use.add_metric([queue.name, plan["name"], plan["instance_type"]], plan["in_use_instance_count"])
+        yield from (usage, limit, borrowed, lent, pending, capacity, plan_use)
+        yield self._preemptions()
+        yield from self._pass_durations()
+
+    def _preemptions(self) -> CounterMetricFamily:
+        counter = CounterMetricFamily("quotaportal_preemptions", "Jobs preempted, by kind", labels=["queue", "kind"])
+        names = dict(JobQueue.objects.values_list("id", "name"))
+        counts = Event.objects.filter(kind__in=PREEMPTION_KINDS).values_list("job_queue_id", "kind").annotate(
+            n=Count("id")).order_by()
+        seen = set()
+        for queue_id, kind, n in counts:
+            if queue_id in names:
+                counter.add_metric([names[queue_id], kind], n)
+                seen.add((queue_id, kind))
+        for queue_id, name in names.items():
+            for kind in PREEMPTION_KINDS:
+                if (queue_id, kind) not in seen:
+                    counter.add_metric([name, EventKind(kind).value], 0)
+        return counter
+
+    def _pass_durations(self) -> Iterator[HistogramMetricFamily]:
+        histogram = HistogramMetricFamily("quotaportal_pass_duration_seconds",
+                                          "Duration of scheduling passes (lock, load, decide, write)",
+                                          labels=["queue"])
+        rows: dict[str, list[PassHistogramBucket]] = {}
+        for bucket in PassHistogramBucket.objects.select_related("job_queue").order_by("job_queue_id", "le"):
+            rows.setdefault(bucket.job_queue.name, []).append(bucket)
+        for name, buckets in sorted(rows.items()):
+            finite = [b for b in buckets if b.le is not None]
+            total = next(b for b in buckets if b.le is None)
+            histogram.add_metric(
+                [name], [(repr(b.le), b.count) for b in finite] + [("+Inf", total.count)],
+                sum_value=total.sum_seconds)
+        yield histogram

@@ -1,0 +1,73 @@
+"""/healthz and /metrics for operators."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+
+from scheduling import services
+from scheduling.models import PassHistogramBucket, QuotaShare
+from tests.factories import JobQueueFactory, environment_with, job_in, share_with
+
+pytestmark = pytest.mark.django_db
+
+P5 = "ml.p5.48xlarge"
+
+
+@pytest.fixture
+def busy_queue():
+    queue = JobQueueFactory(name="training")
+    environment_with(queue, {P5: 8})
+    lender = share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
+    borrower = share_with(queue, "vision", {P5: 4}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    job_in(borrower, [(P5, 8)])
+    services.queue_pass_run(job_queue_id=queue.pk)
+    job_in(lender, [(P5, 2)])
+    job_in(lender, [(P5, 4)], name="waits")
+    services.queue_pass_run(job_queue_id=queue.pk)
+    return queue
+
+
+def test_healthz_reports_database_and_broker(client):
+    with mock.patch("scheduling.ops._broker_ok", return_value="ok"):
+        response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
+
+
+def test_healthz_is_503_naming_the_broken_part(client):
+    with mock.patch("scheduling.ops._broker_ok", return_value="error: OperationalError"):
+        response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["broker"] == "error: OperationalError"
+
+
+def test_metrics_expose_share_usage_preemptions_and_pass_durations(client, busy_queue,
+                                                                   django_assert_max_num_queries):
+    with django_assert_max_num_queries(12):
+        body = client.get("/metrics").content.decode()
+    assert 'quotaportal_share_usage{instance_type="ml.p5.48xlarge",queue="training",share="nlp"} 2.0' in body
+    assert 'quotaportal_share_limit{instance_type="ml.p5.48xlarge",queue="training",share="vision"} 4.0' in body
+    assert 'quotaportal_share_pending_jobs{queue="training",share="nlp"} 1.0' in body
+    assert 'quotaportal_preemptions_total{kind="PREEMPTED_RECLAIM",queue="training"} 1.0' in body
+    assert 'quotaportal_preemptions_total{kind="PREEMPTED_IN_SHARE",queue="training"} 0.0' in body
+    assert 'quotaportal_pass_duration_seconds_count{queue="training"} 2.0' in body
+    assert 'quotaportal_pass_duration_seconds_bucket{le="+Inf",queue="training"} 2.0' in body
+
+
+def test_pass_histogram_is_cumulative():
+    queue = JobQueueFactory()
+    from scheduling.metrics import pass_histogram_observe
+
+    pass_histogram_observe(job_queue_id=queue.pk, seconds=0.03)
+    pass_histogram_observe(job_queue_id=queue.pk, seconds=3.0)
+    buckets = dict(PassHistogramBucket.objects.filter(job_queue=queue).values_list("le", "count"))
+    assert buckets[0.025] == 0 and buckets[0.05] == 1 and buckets[5.0] == 2 and buckets[None] == 2
+    assert PassHistogramBucket.objects.get(job_queue=queue, le=None).sum_seconds == pytest.approx(3.03)
+
+
+def test_metrics_token_is_required_when_configured(client, settings):
+    settings.METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
