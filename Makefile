@@ -30,7 +30,7 @@ run: seed
 	@echo "  sign in as admin / quotaportal-admin (staff), or ana / quotaportal-demo (a member of team nlp)"
 	@echo "  Ctrl-C stops the web server, the Celery worker and beat together."
 	@echo ""
-	DEBUG=$${DEBUG:-1} QUOTAPORTAL_HOST=$(HOST) QUOTAPORTAL_PORT=$(PORT) $(BIN)/honcho start -f Procfile
+	PATH="$(CURDIR)/$(BIN):$$PATH" DEBUG=$${DEBUG:-1} QUOTAPORTAL_HOST=$(HOST) QUOTAPORTAL_PORT=$(PORT) $(BIN)/honcho start -f Procfile
 
 test: install
 	@mkdir -p var

@@ -112,6 +112,7 @@ CELERY_BROKER_URL = envurl(
 )
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT = "quotaportal.broker:Transport"
     _broker_dir = VAR_DIR / "broker"
     for _folder in ("out", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
