@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from quotaportal.env import envbool, envint, envlist, envstr, envurl
@@ -37,6 +38,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
+    "csp",
     "scheduling",
 ]
 
@@ -50,7 +52,42 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
+
+# --- security -------------------------------------------------------------------------------------------
+# HTTPS=1 says the site is served over HTTPS (directly or behind a proxy that sets X-Forwarded-Proto): it
+# turns on the redirect, secure cookies and HSTS together, which is what `check --deploy` asks for.
+HTTPS = envbool("HTTPS", False)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", HTTPS)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", HTTPS)
+if envbool("BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+# Scripts and styles come from our own static files only; htmx needs no eval (no trigger filters, no hx-on)
+# and its indicator styles are off (meta htmx-config), so nothing inline runs. Style attributes (bar widths)
+# are allowed, style elements are not.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 ROOT_URLCONF = "quotaportal.urls"
 WSGI_APPLICATION = "quotaportal.wsgi.application"
@@ -171,11 +208,19 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# LOG_FORMAT=json writes one JSON object a line, with the queue, share and job of scheduling decisions as fields.
+LOG_FORMAT = envstr("LOG_FORMAT", "plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} is not one of plain, json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                 "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s", "timestamp": True},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
@@ -185,3 +230,11 @@ CELERY_BEAT_SCHEDULE = {
     "simulated-executor": {"task": "scheduling.tasks.simulated_executor_tick", "schedule": 2.0},
     "prune-history": {"task": "scheduling.tasks.prune_history", "schedule": 3600.0},
 }
+
+# --- pages ----------------------------------------------------------------------------------------------
+# How often the live parts of the pages (overview, share, job, event tail) ask for fresh numbers.
+PAGE_REFRESH_SECONDS = envint("PAGE_REFRESH_SECONDS", 5, minimum=1, maximum=3600)
+# Rows per page of the job list and the event log.
+PAGE_LIST_SIZE = envint("PAGE_LIST_SIZE", 50, minimum=1, maximum=1000)
+# A share whose oldest pending job has waited this long is marked starved on the overview.
+PAGE_STARVED_AFTER_SECONDS = envint("PAGE_STARVED_AFTER_SECONDS", 900, minimum=1)

@@ -8,6 +8,7 @@ queue's row lock inside one transaction (see `services.queue_pass_run`).
 from __future__ import annotations
 
 import itertools
+import logging
 import json
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ _JOB_COLUMNS = (
     "max_pending_seconds", "preemption_count", "preemption_retries_before_termination", "status_reason",
     "queue_position", "borrowed_instances",
 )
+decision_logger = logging.getLogger("quotaportal.scheduling.decisions")
 _SHARE, _REASON, _POSITION = (_JOB_COLUMNS.index(name) for name in ("quota_share_id", "status_reason", "queue_position"))
 
 
@@ -185,6 +187,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     decisions = engine.schedule(snap)
     engine_ms = (time.perf_counter() - engine_started) * 1000
     admitted, preempted = decisions_write(job_queue=job_queue, decisions=decisions, index=index, now=now)
+    decisions_log(job_queue=job_queue, decisions=decisions, index=index)
     usage_sample(job_queue=job_queue, snap=snap, decisions=decisions, index=index, now=now)
     stats = decisions.stats
     duration_ms = (time.perf_counter() - started) * 1000
@@ -200,6 +203,33 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     )
     return PassOutcome(admitted=admitted, preempted=preempted, duration_ms=duration_ms, engine_ms=engine_ms,
                        record=record, decisions=decisions)
+
+
+def decisions_log(*, job_queue: JobQueue, decisions: et.Decisions, index: Index) -> None:
+    """One log line per decision, with queue, share and job as fields (LOG_FORMAT=json makes them keys)."""
+    if not decision_logger.isEnabledFor(logging.INFO):
+        return
+    share = index.share_names.get
+    for a in decisions.admissions:
+        fields = {"queue": job_queue.name, "share": share(a.share_id), "job": a.job_id, "decision": "admit",
+                  "instance_type": a.instance_type, "instances": a.instance_count, "borrowed": a.borrowed,
+                  "training_plan": a.training_plan, "entry": a.entry_index + 1}
+        decision_logger.info("admit queue=%s share=%s job=%s %s", job_queue.name, fields["share"], a.job_id,
+                             a.message, extra=fields)
+    for p in decisions.preemptions:
+        fields = {"queue": job_queue.name, "share": share(p.share_id), "job": p.job_id, "decision": p.kind.value,
+                  "instance_type": p.instance_type, "instances": p.instances, "preemptor_job": p.preemptor_job_id,
+                  "preemptor_share": share(p.preemptor_share_id) if p.preemptor_share_id else None}
+        decision_logger.info("preempt queue=%s share=%s job=%s %s", job_queue.name, fields["share"], p.job_id,
+                             p.message, extra=fields)
+    for d in decisions.drains:
+        decision_logger.info("drain queue=%s share=%s job=%s %s", job_queue.name, share(d.share_id), d.job_id,
+                             d.message, extra={"queue": job_queue.name, "share": share(d.share_id), "job": d.job_id,
+                                               "decision": "drain", "training_plan": d.training_plan})
+    for t in decisions.timeouts:
+        decision_logger.info("timeout queue=%s share=%s job=%s %s", job_queue.name, share(t.share_id), t.job_id,
+                             t.message, extra={"queue": job_queue.name, "share": share(t.share_id), "job": t.job_id,
+                                               "decision": "timeout"})
 
 
 def usage_after(snap: et.Snapshot, decisions: et.Decisions) -> dict[tuple[int, str], int]:

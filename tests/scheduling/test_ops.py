@@ -71,3 +71,18 @@ def test_metrics_token_is_required_when_configured(client, settings):
     settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_every_decision_is_logged_with_queue_share_and_job(busy_queue, caplog):
+    import logging
+
+    from scheduling.models import Job
+
+    waiting = Job.objects.get(name="waits")
+    waiting.scheduling_priority = 5
+    waiting.save()
+    with caplog.at_level(logging.INFO, logger="quotaportal.scheduling.decisions"):
+        Job.objects.filter(name="job").update(status="SUCCEEDED")  # free the capacity
+        services.queue_pass_run(job_queue_id=busy_queue.pk)
+    admits = [r for r in caplog.records if getattr(r, "decision", None) == "admit"]
+    assert admits and {(r.queue, r.share, r.job) for r in admits} >= {("training", "nlp", waiting.pk)}

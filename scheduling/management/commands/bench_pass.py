@@ -12,6 +12,7 @@ measures, and deletes it again. Figures, each the median of --repeat runs:
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from datetime import timedelta
@@ -59,6 +60,8 @@ class Command(BaseCommand):
         if not 1 <= shares <= 20 or not 1 <= types <= 8 or runnable < 1 or placed < 0 or repeat < 1:
             raise CommandError("need 1 <= --shares <= 20, 1 <= --types <= 8, --runnable >= 1, --placed >= 0, "
                                "--repeat >= 1")
+        # A line per decision would bury the figures.
+        logging.getLogger("quotaportal.scheduling").setLevel(logging.WARNING)
         self.stdout.write(f"database: {connection.vendor}; {runnable} RUNNABLE + {placed} placed jobs, "
                           f"{shares} shares, {types} types, median of {repeat}")
         bench_cleanup()
