@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 from scheduling import ops
@@ -8,5 +8,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
+    path("api/v1/", include("scheduling.api.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

@@ -443,9 +443,9 @@ def history_prune(*, now=None) -> int:
 # the CONFIG_CHANGED event in the same transaction, so a rejected change leaves neither rows nor an event.
 
 
-def _check_fields(obj: models.Model, *, exclude: Sequence[str] = ()) -> None:
+def _check_fields(obj: models.Model) -> None:
     """The model's field-level rules (and unique fields); the cross-row rules have already run."""
-    obj.full_clean(exclude=list(exclude), validate_constraints=False)
+    obj.full_clean(validate_constraints=False)
 
 
 def _capacities(limits: Sequence[rules.LimitInput]) -> dict:
@@ -455,7 +455,8 @@ def _capacities(limits: Sequence[rules.LimitInput]) -> dict:
         seen[limit.instance_type.name] = seen.get(limit.instance_type.name, 0) + 1
     repeated = sorted(name for name, times in seen.items() if times > 1)
     if repeated:
-        raise ValidationError({"capacity_limits": [f"instance type {', '.join(repeated)} is listed more than once"]})
+        message = f"instance type {', '.join(repeated)} is listed more than once"
+        raise ValidationError({"capacity_limits": [message]})
     return {limit.instance_type: limit.max_capacity for limit in limits}
 
 
@@ -497,11 +498,11 @@ def config_object_delete(*, obj: models.Model, actor: AbstractBaseUser | None) -
         obj.delete()
     except models.ProtectedError as exc:
         # Raising rolls the audit event back with everything else.
-        counts: dict[str, int] = {}
+        counts: dict[tuple[str, str], int] = {}
         for row in exc.protected_objects:
-            label = str(row._meta.verbose_name_plural)
+            label = (str(row._meta.verbose_name), str(row._meta.verbose_name_plural))
             counts[label] = counts.get(label, 0) + 1
-        used_by = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
+        used_by = ", ".join(f"{n} {one if n == 1 else many}" for (one, many), n in sorted(counts.items()))
         raise Conflict(f"{obj._meta.verbose_name} {obj} is still referenced by {used_by}; "
                        f"remove those first") from None
 
@@ -514,7 +515,8 @@ def job_queue_update(*, job_queue: JobQueue, changes: dict[str, Any],
     environment = changes.get("service_environment")
     if environment is not None and environment.pk != job_queue.service_environment_id:
         try:
-            rules.validate_environment_capacity(job_queue=job_queue, capacities=_capacities(_limits_of(environment)))
+            rules.validate_environment_capacity(job_queue=job_queue,
+                                                capacities=_capacities(_limits_of(environment)))
         except ValidationError as exc:
             raise ValidationError({"service_environment": exc.messages}) from None
     return config_object_update(obj=job_queue, changes=changes, actor=actor)
@@ -578,36 +580,37 @@ def service_environment_update(*, environment: ServiceEnvironment, changes: dict
 @transaction.atomic
 def quota_share_create(*, fields: dict[str, Any], limits: Sequence[rules.LimitInput],
                        actor: AbstractBaseUser | None) -> QuotaShare:
-    """Create a share with its capacity limits, which must fit beside the other shares' (SPEC 1-2); audited."""
+    """Create a share with its capacity limits, which must fit beside the other shares' (SPEC 2); audited."""
     share = QuotaShare(**fields)
     # Two shares created at once must not both fit in the same spare capacity: the queue lock orders them.
     _lock_queue(share.job_queue.pk)
-    rules.validate_quota_share(share=None, job_queue=share.job_queue, name=share.name, strategy=share.strategy,
-                               borrow_limit=share.borrow_limit, limits=limits)
+    rules.validate_quota_share(share=None, job_queue=share.job_queue, name=share.name,
+                               strategy=share.strategy, borrow_limit=share.borrow_limit, limits=limits)
     _check_fields(share)
     share.save()
     ShareCapacityLimit.objects.bulk_create(
-        ShareCapacityLimit(quota_share=share, instance_type=limit.instance_type, max_capacity=limit.max_capacity)
-        for limit in limits)
+        ShareCapacityLimit(quota_share=share, instance_type=limit.instance_type,
+                           max_capacity=limit.max_capacity) for limit in limits)
     config_change_record(actor=actor, obj=share, action="created", before=None, after=config_state(share))
     return share
 
 
 @transaction.atomic
-def quota_share_update(*, share: QuotaShare, changes: dict[str, Any], limits: Sequence[rules.LimitInput] | None,
+def quota_share_update(*, share: QuotaShare, changes: dict[str, Any],
+                       limits: Sequence[rules.LimitInput] | None,
                        actor: AbstractBaseUser | None) -> QuotaShare:
     """Change a share; `limits`, when given, replace its capacity limits whole. A share stays in its queue."""
     _lock_queue(share.job_queue_id)
     share = QuotaShare.objects.select_related("job_queue").get(pk=share.pk)
     new_queue = changes.get("job_queue")
     if new_queue is not None and new_queue.pk != share.job_queue_id:
-        raise ValidationError({"job_queue": [f"share {share.name} cannot move to another queue; create a share "
-                                             f"in queue {new_queue.name} instead"]})
+        raise ValidationError({"job_queue": [f"share {share.name} cannot move to another queue; "
+                                             f"create a share in queue {new_queue.name} instead"]})
     before = config_state(share)
     for name, value in changes.items():
         setattr(share, name, value)
-    rules.validate_quota_share(share=share, job_queue=share.job_queue, name=share.name, strategy=share.strategy,
-                               borrow_limit=share.borrow_limit,
+    rules.validate_quota_share(share=share, job_queue=share.job_queue, name=share.name,
+                               strategy=share.strategy, borrow_limit=share.borrow_limit,
                                limits=limits if limits is not None else _limits_of(share))
     _check_fields(share)
     share.save()
@@ -626,7 +629,8 @@ def training_plan_create(*, fields: dict[str, Any], quota_shares: Sequence[Quota
     """Create a training plan open to `quota_shares` (none = every share of its queue); audited."""
     plan = TrainingPlan(**fields)
     rules.validate_training_plan(plan=None, job_queue=plan.job_queue, instance_count=plan.instance_count,
-                                 start_time=plan.start_time, end_time=plan.end_time, quota_shares=quota_shares)
+                                 start_time=plan.start_time, end_time=plan.end_time,
+                                 quota_shares=quota_shares)
     _check_fields(plan)
     plan.save()
     plan.quota_shares.set(quota_shares)
@@ -635,7 +639,8 @@ def training_plan_create(*, fields: dict[str, Any], quota_shares: Sequence[Quota
 
 
 @transaction.atomic
-def training_plan_update(*, plan: TrainingPlan, changes: dict[str, Any], quota_shares: Sequence[QuotaShare] | None,
+def training_plan_update(*, plan: TrainingPlan, changes: dict[str, Any],
+                         quota_shares: Sequence[QuotaShare] | None,
                          actor: AbstractBaseUser | None) -> TrainingPlan:
     """Change a training plan; `quota_shares`, when given, replace the shares that may draw on it."""
     plan = TrainingPlan.objects.select_for_update().get(pk=plan.pk)

@@ -1,0 +1,71 @@
+"""Domain errors to HTTP, in one place: the API's DRF exception handler.
+
+Every 400 has one shape, field -> [messages], with nested fields flattened to the path a person would write
+(`instance_preferences[1].instance_type`, `capacity_limits[0].max_capacity`), the same keys `scheduling.rules`
+uses. Other errors are `{"detail": message}` with the status of the error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
+
+from scheduling.errors import DomainError
+from scheduling.models import Job
+
+
+def api_exception_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, DjangoValidationError):
+        set_rollback()
+        if hasattr(exc, "error_dict"):
+            errors = {api_settings.NON_FIELD_ERRORS_KEY if field == NON_FIELD_ERRORS else field: messages
+                      for field, messages in exc.message_dict.items()}
+            return Response(errors, status=status.HTTP_400_BAD_REQUEST)
+        return Response({api_settings.NON_FIELD_ERRORS_KEY: exc.messages}, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, DomainError):
+        set_rollback()
+        return Response({"detail": exc.message}, status=exc.status_code)
+    if isinstance(exc, Job.DoesNotExist):
+        # A job that went away between the lookup and the service call (or was never visible).
+        exc = exceptions.NotFound("No Job matches the given query.")
+    response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(exc, exceptions.ValidationError):
+        response.data = flatten_errors(response.data)
+    return response
+
+
+def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error detail as {"a[1].b": [messages]}; top-level lists become non_field_errors."""
+    if not prefix and not isinstance(detail, dict):
+        return {api_settings.NON_FIELD_ERRORS_KEY: [str(message) for message in _as_list(detail)]}
+    errors: dict[str, list[str]] = {}
+    _flatten(detail, prefix, errors)
+    return errors
+
+
+def _flatten(detail: Any, path: str, errors: dict[str, list[str]]) -> None:
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            if isinstance(key, int):  # a ListField child's errors are keyed by index
+                _flatten(value, f"{path}[{key}]", errors)
+            elif key == api_settings.NON_FIELD_ERRORS_KEY and path:  # a nested object's own errors
+                _flatten(value, path, errors)
+            else:
+                _flatten(value, f"{path}.{key}" if path else str(key), errors)
+    elif isinstance(detail, list) and any(isinstance(item, (dict, list)) for item in detail):
+        for index, item in enumerate(detail):
+            if item:
+                _flatten(item, f"{path}[{index}]", errors)
+    else:
+        errors.setdefault(path, []).extend(str(message) for message in _as_list(detail))
+
+
+def _as_list(detail: Any) -> list:
+    return detail if isinstance(detail, list) else [detail]

@@ -1,0 +1,52 @@
+"""List filters; references are names, as in request bodies."""
+
+from __future__ import annotations
+
+from django_filters import rest_framework as filters
+
+from scheduling.models import Event, EventKind, Job, JobStatus, QuotaShare, State, TrainingPlan
+
+
+class QuotaShareFilter(filters.FilterSet):
+    job_queue = filters.CharFilter(field_name="job_queue__name", help_text="name of the job queue")
+    team = filters.CharFilter(field_name="team__slug", help_text="slug of the team")
+    state = filters.ChoiceFilter(choices=State.choices)
+
+    class Meta:
+        model = QuotaShare
+        fields = ["job_queue", "team", "state"]
+
+
+class TrainingPlanFilter(filters.FilterSet):
+    job_queue = filters.CharFilter(field_name="job_queue__name", help_text="name of the job queue")
+
+    class Meta:
+        model = TrainingPlan
+        fields = ["job_queue"]
+
+
+class JobFilter(filters.FilterSet):
+    status = filters.ChoiceFilter(choices=JobStatus.choices)
+    quota_share = filters.CharFilter(field_name="quota_share__name", help_text="name of the quota share")
+    job_queue = filters.CharFilter(field_name="job_queue__name", help_text="name of the job queue")
+    team = filters.CharFilter(field_name="team__slug", help_text="slug of the team")
+
+    class Meta:
+        model = Job
+        fields = ["status", "quota_share", "job_queue", "team"]
+
+
+class EventFilter(filters.FilterSet):
+    job = filters.NumberFilter(field_name="job", help_text="id of the job")
+    quota_share = filters.CharFilter(field_name="quota_share__name", help_text="name of the quota share")
+    kind = filters.ChoiceFilter(choices=EventKind.choices)
+    since = filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="gt",
+        help_text="ISO 8601 datetime: events created strictly after it, oldest first (for tailing)")
+    since_id = filters.NumberFilter(
+        field_name="id", lookup_expr="gt",
+        help_text="an event id: events after it, oldest first (a cursor for tailing)")
+
+    class Meta:
+        model = Event
+        fields = ["job", "quota_share", "kind", "since", "since_id"]

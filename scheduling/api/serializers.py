@@ -1,0 +1,394 @@
+"""Request and response bodies. References inside bodies are names (`"job_queue": "training"`).
+
+Serializers check shapes and resolve names to rows, naming the field at fault; the rules that span rows
+(limits against capacity, preference lists, plans) stay in `scheduling.rules`, run by the services.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.validators import UniqueValidator
+
+from scheduling import rules, services
+from scheduling.models import (
+    MAX_PREFERENCES,
+    Event,
+    InstanceType,
+    Job,
+    JobAttempt,
+    JobQueue,
+    Membership,
+    QuotaShare,
+    ServiceEnvironment,
+    State,
+    Team,
+    TrainingPlan,
+)
+
+# --- references by name ----------------------------------------------------------------------------------
+
+
+class NameField(serializers.SlugRelatedField):
+    """A reference by name (or slug, username) inside a body; an unknown name is a 400 naming the field."""
+
+    def __init__(self, what: str, slug_field: str = "name", **kwargs):
+        kwargs["error_messages"] = {
+            "does_not_exist": f"unknown {what} {{value}}",
+            "invalid": f"give the {what} by its {slug_field}",
+            **kwargs.get("error_messages", {}),
+        }
+        super().__init__(slug_field=slug_field, **kwargs)
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class JsonObjectField(serializers.JSONField):
+    """A JSON object (a job's payload, an event's data)."""
+
+
+class ShareNameField(serializers.CharField):
+    """A quota share by name; names are unique per queue, so the body's job_queue resolves it."""
+
+    def to_representation(self, share: QuotaShare) -> str:
+        return share.name
+
+
+class ShareNamesField(serializers.ListField):
+    """Quota shares by name, resolved inside the object's queue."""
+
+    child = serializers.CharField(max_length=128)
+
+    def to_representation(self, shares) -> list[str]:
+        return [share.name for share in shares.all()]
+
+
+# --- configuration ---------------------------------------------------------------------------------------
+
+
+class CapacityLimitSerializer(serializers.Serializer):
+    instance_type = NameField("instance type", queryset=InstanceType.objects.all())
+    max_capacity = serializers.IntegerField(min_value=0)
+
+
+def limit_inputs(data: list[Mapping] | None) -> list[rules.LimitInput] | None:
+    if data is None:
+        return None
+    return [rules.LimitInput(limit["instance_type"], limit["max_capacity"]) for limit in data]
+
+
+class InstanceTypeSerializer(serializers.ModelSerializer):
+    accelerated = serializers.BooleanField(read_only=True, help_text="gpu_count > 0")
+
+    class Meta:
+        model = InstanceType
+        fields = ["id", "name", "gpu_count", "hourly_price", "accelerated"]
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role"]
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    members = MemberSerializer(source="memberships", many=True, read_only=True)
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "slug", "members"]
+
+
+class TeamMemberSerializer(serializers.Serializer):
+    username = NameField("user", slug_field="username", queryset=get_user_model().objects.all())
+    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+
+
+class ServiceEnvironmentSerializer(serializers.ModelSerializer):
+    capacity_limits = CapacityLimitSerializer(
+        many=True, help_text="on-demand instances of each type it may run at once; written whole")
+
+    class Meta:
+        model = ServiceEnvironment
+        fields = ["id", "name", "state", "executor", "capacity_limits"]
+
+
+class JobQueueSerializer(serializers.ModelSerializer):
+    service_environment = NameField(
+        "service environment", queryset=ServiceEnvironment.objects.all(),
+        validators=[UniqueValidator(queryset=JobQueue.objects.all(),
+                                    message="this service environment already serves another job queue")])
+
+    class Meta:
+        model = JobQueue
+        fields = ["id", "name", "priority", "state", "service_environment", "ordering"]
+
+
+class QuotaShareSerializer(serializers.ModelSerializer):
+    job_queue = NameField("job queue", queryset=JobQueue.objects.all())
+    team = NameField("team", slug_field="slug", queryset=Team.objects.all())
+    capacity_limits = CapacityLimitSerializer(
+        many=True, help_text="1 to 5 limits, one per instance type, max_capacity >= 1; written whole")
+
+    class Meta:
+        model = QuotaShare
+        fields = ["id", "name", "job_queue", "team", "capacity_limits", "strategy", "borrow_limit",
+                  "in_share_preemption", "state"]
+        # Name uniqueness in the queue is one of rules.validate_quota_share's checks, not a second validator.
+        validators = []
+
+
+class TrainingPlanSerializer(serializers.ModelSerializer):
+    job_queue = NameField("job queue", queryset=JobQueue.objects.all())
+    instance_type = NameField("instance type", queryset=InstanceType.objects.all())
+    quota_shares = ShareNamesField(
+        required=False, help_text="names of the queue's shares that may draw on it; empty = all of them")
+    status = serializers.ChoiceField(choices=TrainingPlan.Status.choices, read_only=True)
+    in_use_instance_count = serializers.IntegerField(read_only=True)
+    available_instance_count = serializers.SerializerMethodField()
+
+    class Meta:
+        model = TrainingPlan
+        fields = ["id", "name", "job_queue", "instance_type", "instance_count", "start_time", "end_time",
+                  "quota_shares", "status", "in_use_instance_count", "available_instance_count"]
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_available_instance_count(self, plan: TrainingPlan) -> int:
+        if plan.status != TrainingPlan.Status.ACTIVE:
+            return 0
+        return max(0, plan.instance_count - plan.in_use_instance_count)
+
+    def validate(self, attrs):
+        names = attrs.pop("quota_shares", None)
+        if names is not None:
+            job_queue = attrs.get("job_queue") or self.instance.job_queue
+            shares = QuotaShare.objects.filter(job_queue=job_queue, name__in=names)
+            found = {share.name: share for share in shares}
+            unknown = ", ".join(name for name in names if name not in found)
+            if unknown:
+                raise serializers.ValidationError(
+                    {"quota_shares": [f"queue {job_queue.name} has no quota share named {unknown}"]})
+            attrs["quota_shares"] = [found[name] for name in dict.fromkeys(names)]
+        return attrs
+
+
+# --- jobs ------------------------------------------------------------------------------------------------
+
+
+class PreferenceSerializer(serializers.Serializer):
+    instance_type = NameField("instance type", queryset=InstanceType.objects.all())
+    instance_count = serializers.IntegerField(min_value=1)
+    training_plan = NameField(
+        "training plan", queryset=TrainingPlan.objects.select_related("instance_type"), allow_null=True,
+        default=None, help_text="draw on this training plan first; null = on-demand capacity")
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    instance_type = NameField("instance type", read_only=True)
+    training_plan = NameField("training plan", read_only=True)
+
+    class Meta:
+        model = JobAttempt
+        fields = ["instance_type", "training_plan", "scheduled_at", "stopped_at", "status_reason"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as SPEC section 1 lists it; the writable fields are the submission."""
+
+    job_queue = NameField("job queue", queryset=JobQueue.objects.select_related("service_environment"))
+    quota_share = ShareNameField(max_length=128, help_text="name of a quota share of job_queue")
+    team = NameField("team", slug_field="slug", read_only=True)
+    submitted_by = NameField("user", slug_field="username", read_only=True)
+    instance_preferences = PreferenceSerializer(
+        many=True, allow_empty=False, max_length=MAX_PREFERENCES,
+        help_text=f"1 to {MAX_PREFERENCES} entries, tried in order")
+    payload = JsonObjectField(required=False, help_text="a JSON object of at most 64 KiB, for the executor")
+    selected_instance_type = NameField("instance type", read_only=True)
+    selected_training_plan = NameField("training plan", read_only=True)
+    attempts = AttemptSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "job_queue", "quota_share", "team", "submitted_by", "scheduling_priority",
+            "instance_preferences", "retry_attempts", "preemption_retries_before_termination",
+            "max_pending_seconds", "duration_seconds", "payload", "client_token",
+            "status", "status_reason", "selected_instance_type", "selected_instance_count",
+            "selected_training_plan", "borrowed_instances", "queue_position", "preemption_count", "attempts",
+            "created_at", "scheduled_at", "started_at", "stopped_at",
+        ]
+        read_only_fields = [
+            "status", "status_reason", "selected_instance_count", "borrowed_instances", "queue_position",
+            "preemption_count", "created_at", "scheduled_at", "started_at", "stopped_at",
+        ]
+        # client_token's uniqueness is job_submit's business: a repeat returns the first job, it is no error.
+        validators = []
+
+    def validate(self, attrs):
+        job_queue, name = attrs["job_queue"], attrs["quota_share"]
+        share = QuotaShare.objects.select_related("team").filter(job_queue=job_queue, name=name).first()
+        if share is None:
+            raise serializers.ValidationError(
+                {"quota_share": [f"queue {job_queue.name} has no quota share named {name}"]})
+        attrs["quota_share"] = share
+        return attrs
+
+    def to_submission(self) -> services.JobSubmission:
+        data = dict(self.validated_data)
+        entries = [
+            rules.PreferenceInput(entry["instance_type"], entry["instance_count"], entry["training_plan"])
+            for entry in data.pop("instance_preferences")
+        ]
+        return services.JobSubmission(instance_preferences=entries, **data)
+
+
+class JobPriorityUpdateSerializer(serializers.Serializer):
+    """PATCH /jobs/{id}/ changes scheduling_priority and nothing else."""
+
+    scheduling_priority = serializers.IntegerField(min_value=0, max_value=9999)
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            others = sorted(set(data) - {"scheduling_priority"})
+            if others:
+                raise serializers.ValidationError(
+                    {name: ["only scheduling_priority can be changed on a submitted job"] for name in others})
+        return super().to_internal_value(data)
+
+
+class JobCancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+
+class JobReportSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=[status.value for status in services.REPORTABLE_STATUSES])
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class JobSummarySerializer(serializers.ModelSerializer):
+    """A job named inside another object: no payload, whoever reads it."""
+
+    team = NameField("team", slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = ["id", "name", "team", "status"]
+
+
+# --- events ----------------------------------------------------------------------------------------------
+
+
+class EventSerializer(serializers.ModelSerializer):
+    job_queue = NameField("job queue", read_only=True)
+    job = JobSummarySerializer(read_only=True, allow_null=True)
+    quota_share = NameField("quota share", read_only=True)
+    other_job = JobSummarySerializer(read_only=True, allow_null=True,
+                                     help_text="the other job of a preemption: the preemptor")
+    other_share = NameField("quota share", read_only=True)
+    instance_type = NameField("instance type", read_only=True)
+    actor = NameField("user", slug_field="username", read_only=True)
+    data = JsonObjectField(read_only=True, help_text="for CONFIG_CHANGED: object, id, action, before, after")
+
+    class Meta:
+        model = Event
+        fields = ["id", "kind", "job_queue", "job", "quota_share", "other_job", "other_share",
+                  "instance_type", "instances", "actor", "message", "data", "created_at"]
+
+
+# --- the queue's scheduling endpoints --------------------------------------------------------------------
+
+
+class ScheduleResultSerializer(serializers.Serializer):
+    admitted = serializers.ListField(child=serializers.IntegerField(), help_text="ids of the jobs placed")
+    preempted = serializers.ListField(child=serializers.IntegerField(), help_text="ids of the jobs preempted")
+    duration_ms = serializers.FloatField()
+
+
+class SnapshotJobSerializer(serializers.ModelSerializer):
+    quota_share = NameField("quota share", read_only=True)
+    team = NameField("team", slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = ["id", "name", "quota_share", "team", "scheduling_priority", "queue_position",
+                  "status_reason", "created_at"]
+
+
+class ShareTypeUsageSerializer(serializers.Serializer):
+    instance_type = serializers.CharField()
+    limit = serializers.IntegerField()
+    usage = serializers.IntegerField(help_text="instances held on on-demand capacity (plans not counted)")
+    borrowed = serializers.IntegerField(help_text="max(0, usage - limit)")
+    lent = serializers.IntegerField(help_text="idle instances of this share that borrowers use")
+    idle = serializers.IntegerField()
+
+
+class LoanSerializer(serializers.Serializer):
+    share = serializers.CharField(help_text="the lender (in borrows_from) or the borrower (in lends_to)")
+    instance_type = serializers.CharField()
+    instances = serializers.IntegerField()
+
+
+class ShareUsageSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    team = serializers.CharField(help_text="team slug")
+    strategy = serializers.ChoiceField(choices=QuotaShare.Strategy.choices)
+    state = serializers.ChoiceField(choices=State.choices)
+    borrow_limit = serializers.IntegerField()
+    in_share_preemption = serializers.BooleanField()
+    pending = serializers.IntegerField(help_text="RUNNABLE jobs")
+    limit = serializers.IntegerField()
+    usage = serializers.IntegerField()
+    borrowed = serializers.IntegerField()
+    lent = serializers.IntegerField()
+    instance_types = ShareTypeUsageSerializer(many=True)
+    borrows_from = LoanSerializer(many=True)
+    lends_to = LoanSerializer(many=True)
+
+
+class TypeUsageSerializer(serializers.Serializer):
+    instance_type = serializers.CharField()
+    capacity = serializers.IntegerField(help_text="the environment's on-demand max_capacity")
+    owned = serializers.IntegerField(help_text="in use within the users' own limits")
+    borrowed = serializers.IntegerField(help_text="in use above limits")
+    idle = serializers.IntegerField(help_text="owned by a share but neither in use nor lent")
+    free = serializers.IntegerField(help_text="neither owned nor in use")
+
+
+class PlanUsageSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    instance_type = serializers.CharField()
+    instance_count = serializers.IntegerField()
+    start_time = serializers.DateTimeField()
+    end_time = serializers.DateTimeField()
+    status = serializers.ChoiceField(choices=TrainingPlan.Status.choices)
+    in_use_instance_count = serializers.IntegerField()
+    available_instance_count = serializers.IntegerField()
+
+
+class QueueSnapshotSerializer(serializers.Serializer):
+    job_queue = serializers.CharField()
+    state = serializers.ChoiceField(choices=State.choices)
+    taken_at = serializers.DateTimeField()
+    runnable_count = serializers.IntegerField(help_text="RUNNABLE jobs of the queue's enabled shares")
+    jobs = SnapshotJobSerializer(many=True, help_text="up to 100 RUNNABLE jobs, in scheduling order")
+    shares = ShareUsageSerializer(many=True)
+    instance_types = TypeUsageSerializer(many=True)
+    plans = PlanUsageSerializer(many=True)
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error but a 400: what went wrong, in words."""
+
+    detail = serializers.CharField()
+

@@ -1,0 +1,119 @@
+"""Every list reads a constant number of queries whatever the page holds: one bound for 5 and 50 items."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling.models import EnvironmentCapacity, Event, EventKind, Membership, TrainingPlan
+from tests.api.support import P4, P5, placed
+from tests.factories import (
+    InstanceTypeFactory,
+    JobQueueFactory,
+    MembershipFactory,
+    ServiceEnvironmentFactory,
+    TeamFactory,
+    UserFactory,
+    job_in,
+    share_with,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def many_instance_types(world, n):
+    for _ in range(n):
+        InstanceTypeFactory()
+
+
+def many_teams(world, n):
+    for _ in range(n):
+        team = TeamFactory()
+        MembershipFactory(team=team, user=UserFactory(), role=Membership.Role.MANAGER)
+        MembershipFactory(team=team, user=UserFactory())
+
+
+def many_environments(world, n):
+    p5, p4 = world.plan.instance_type, world.nlp.capacity_limits.get(instance_type__name=P4).instance_type
+    for _ in range(n):
+        environment = ServiceEnvironmentFactory()
+        EnvironmentCapacity.objects.create(service_environment=environment, instance_type=p5, max_capacity=2)
+        EnvironmentCapacity.objects.create(service_environment=environment, instance_type=p4, max_capacity=2)
+
+
+def many_queues(world, n):
+    for _ in range(n):
+        JobQueueFactory()
+
+
+def many_shares(world, n):
+    for i in range(n):
+        share_with(JobQueueFactory(), f"s{i}", {P5: 1, P4: 1}, team=world.team_nlp)
+
+
+def many_plans(world, n):
+    now = timezone.now()
+    for i in range(n):
+        plan = TrainingPlan.objects.create(name=f"plan-{i}", job_queue=world.queue,
+                                           instance_type=world.plan.instance_type, instance_count=4,
+                                           start_time=now - timedelta(days=1),
+                                           end_time=now + timedelta(days=1))
+        plan.quota_shares.set([world.nlp, world.vision])
+        placed(job_in(world.nlp, [(P5, 1, plan)]), P5, 1, plan=plan)
+
+
+def many_jobs(world, n):
+    for i in range(n):
+        job = job_in(world.nlp, [(P5, 1, world.plan), (P5, 1), (P4, 1)], user=world.ana, name=f"job-{i}")
+        if i % 2:
+            placed(job, P4, 1)
+
+
+def many_events(world, n):
+    job = job_in(world.nlp, [(P5, 1)], user=world.ana)
+    other = job_in(world.vision, [(P4, 1)])
+    for i in range(n):
+        Event.objects.create(kind=EventKind.PREEMPTED_RECLAIM, job=job, other_job=other,
+                             quota_share=world.nlp, other_share=world.vision, job_queue=world.queue,
+                             instance_type=world.plan.instance_type, instances=1, actor=world.admin,
+                             message=f"event {i}")
+
+
+def many_runnable_jobs(world, n):
+    for i in range(n):
+        job_in(world.nlp if i % 2 else world.vision, [(P4, 1)], name=f"r{i}")
+
+
+# (url, who reads it, how to make n items, the most queries it may take)
+BUDGETS = {
+    "instance-types": ("/api/v1/instance-types/", "ana", many_instance_types, 2),
+    "teams": ("/api/v1/teams/", "ana", many_teams, 3),
+    "service-environments": ("/api/v1/service-environments/", "ana", many_environments, 3),
+    "job-queues": ("/api/v1/job-queues/", "ana", many_queues, 2),
+    "quota-shares": ("/api/v1/quota-shares/", "ana", many_shares, 3),
+    "training-plans": ("/api/v1/training-plans/", "ana", many_plans, 3),
+    "jobs as a member": ("/api/v1/jobs/", "ana", many_jobs, 6),
+    "jobs as staff": ("/api/v1/jobs/?quota_share=nlp&job_queue=training", "admin", many_jobs, 4),
+    "events": ("/api/v1/events/", "chen", many_events, 2),
+    "events tailing": ("/api/v1/events/?since_id=0&kind=PREEMPTED_RECLAIM", "chen", many_events, 2),
+    "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 11),
+}
+
+
+@pytest.mark.parametrize("n", [5, 50])
+@pytest.mark.parametrize("endpoint", list(BUDGETS))
+def test_list_query_count_does_not_grow_with_items(world, client_for, django_assert_max_num_queries,
+                                                   endpoint, n):
+    url, who, make, budget = BUDGETS[endpoint]
+    make(world, n)
+    client = client_for(world.users[who])
+
+    with django_assert_max_num_queries(budget):
+        response = client.get(url.format(queue=world.queue.pk))
+
+    assert response.status_code == 200
+    body = response.json()
+    items = body["jobs"] if "jobs" in body else body["results"]
+    assert len(items) >= min(n, 50)
