@@ -182,22 +182,34 @@ def job_submit(*, user: AbstractBaseUser, submission: JobSubmission) -> tuple[Jo
     if not user.is_staff and user_team_role(user, share.team_id) is None:
         raise NotAllowed(f"you are not a member of team {share.team.name}, which owns share {share.name}")
     now = timezone.now()
-    rules.validate_job_target(job_queue=submission.job_queue, quota_share=share)
-    rules.validate_preferences(job_queue=submission.job_queue, quota_share=share,
-                               entries=submission.instance_preferences, now=now)
-    rules.validate_payload(submission.payload)
+    job = Job(
+        name=submission.name, job_queue=submission.job_queue, quota_share=share, team_id=share.team_id,
+        submitted_by=user, scheduling_priority=submission.scheduling_priority,
+        retry_attempts=submission.retry_attempts,
+        preemption_retries_before_termination=submission.preemption_retries_before_termination,
+        max_pending_seconds=submission.max_pending_seconds, duration_seconds=submission.duration_seconds,
+        payload=submission.payload, client_token=submission.client_token or None,
+        created_at=now, runnable_since=now, status_reason="waiting for the next scheduling pass",
+    )
+    # Every rule is checked before anything is written, and every failure is reported at once.
+    errors: dict[str, list[str]] = {}
+    checks = (
+        lambda: rules.validate_job_target(job_queue=submission.job_queue, quota_share=share),
+        lambda: rules.validate_preferences(job_queue=submission.job_queue, quota_share=share,
+                                           entries=submission.instance_preferences, now=now),
+        lambda: rules.validate_payload(submission.payload),
+        lambda: job.full_clean(exclude=["job_queue", "quota_share", "team", "submitted_by", "payload"]),
+    )
+    for check in checks:
+        try:
+            check()
+        except ValidationError as exc:
+            for key, messages in exc.message_dict.items():
+                errors.setdefault(key, []).extend(messages)
+    if errors:
+        raise ValidationError(errors)
     try:
         with transaction.atomic():
-            job = Job(
-                name=submission.name, job_queue=submission.job_queue, quota_share=share, team_id=share.team_id,
-                submitted_by=user, scheduling_priority=submission.scheduling_priority,
-                retry_attempts=submission.retry_attempts,
-                preemption_retries_before_termination=submission.preemption_retries_before_termination,
-                max_pending_seconds=submission.max_pending_seconds, duration_seconds=submission.duration_seconds,
-                payload=submission.payload, client_token=submission.client_token or None,
-                created_at=now, runnable_since=now, status_reason="waiting for the next scheduling pass",
-            )
-            job.full_clean(exclude=["job_queue", "quota_share", "team", "submitted_by"])
             job.save()
             JobPreference.objects.bulk_create([
                 JobPreference(job=job, position=i, instance_type=e.instance_type, instance_count=e.instance_count,

@@ -295,3 +295,8 @@ def test_deleting_a_share_needs_it_disabled_and_cancels_its_jobs(member, queue, 
     services.quota_share_delete(share=nlp, actor=None)
     assert not QuotaShare.objects.filter(pk=nlp.pk).exists()
     assert not ShareCapacityLimit.objects.filter(quota_share_id=nlp.pk).exists()
+
+
+def test_submission_reports_every_failing_rule_at_once(member, queue, nlp):
+    errors = submit_errors(member, queue, nlp, [(P5, 9, None)], payload=[1], scheduling_priority=10000)
+    assert set(errors) == {"instance_preferences[0].instance_count", "payload", "scheduling_priority"}
