@@ -1,0 +1,53 @@
+"""quotaportal's scheduling engine: `schedule(snapshot) -> decisions`, pure Python, no Django.
+
+The modules follow the pass (SPEC section 3): `capacity` (working state, invariants A-C), `housekeeping`
+(drain, timeout, LIMIT_REDUCED), `order` (share queues and heads), `fit` (preference evaluation without
+preemption), `preemption` (victims with put-back), `reasons` and `messages` (the words), `scheduler` (the
+pass itself), `synthetic` (a seeded busy queue for benchmarks).
+"""
+
+from .scheduler import schedule
+from .types import (
+    PLACED_STATUSES,
+    UNLIMITED,
+    Admission,
+    Decisions,
+    Drain,
+    Entry,
+    Job,
+    JobStatus,
+    Ordering,
+    PassStats,
+    Pending,
+    Placement,
+    Plan,
+    Preemption,
+    PreemptionKind,
+    Share,
+    Snapshot,
+    Strategy,
+    Timeout,
+)
+
+__all__ = [
+    "PLACED_STATUSES",
+    "UNLIMITED",
+    "Admission",
+    "Decisions",
+    "Drain",
+    "Entry",
+    "Job",
+    "JobStatus",
+    "Ordering",
+    "PassStats",
+    "Pending",
+    "Placement",
+    "Plan",
+    "Preemption",
+    "PreemptionKind",
+    "Share",
+    "Snapshot",
+    "Strategy",
+    "Timeout",
+    "schedule",
+]

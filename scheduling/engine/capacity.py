@@ -1,0 +1,258 @@
+"""The pass's working state: who holds what on each instance type, kept current as the pass decides.
+
+Built once from the snapshot. Every placement and release updates the per-type aggregates of invariants A
+and B (SPEC section 2) in O(1), so a fit check never sums over shares or jobs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .types import PLACED_STATUSES, UNLIMITED, Job, JobStatus, Placement, Plan, Share, Snapshot, Strategy
+
+
+def share_ceiling(share: Share, limit: int) -> int | None:
+    """Invariant C: RESERVE and LEND stop at their limit, LEND_AND_BORROW at limit * (1 + borrow_limit %)."""
+    if share.strategy != Strategy.LEND_AND_BORROW:
+        return limit
+    if share.borrow_limit == UNLIMITED:
+        return None
+    return limit + limit * max(0, share.borrow_limit) // 100
+
+
+def reserved_capacity(share: Share, limit: int) -> int:
+    """Idle capacity of a RESERVE share is never lent: reserved(S,T) is its limit, 0 for other strategies."""
+    return limit if share.strategy == Strategy.RESERVE else 0
+
+
+def victim_key(job: Job, placement: Placement) -> tuple[int, float, int]:
+    """Reclaim order: lowest priority, then most recently scheduled (least work lost), then highest id."""
+    return (job.priority, -placement.scheduled_at.timestamp(), -job.id)
+
+
+class Holding:
+    """One share's on-demand use of one instance type, and the jobs a preemption may take from it.
+
+    `victims` are the jobs placed before this pass, in reclaim order; a job placed in this pass is never a
+    victim in it, so it never enters the list. Stopped jobs stay in the list and are skipped by readers.
+    """
+
+    __slots__ = (
+        "share",
+        "instance_type",
+        "limit",
+        "reserved",
+        "ceiling",
+        "usage",
+        "victims",
+        "victim_usage",
+        "live_from",
+    )
+
+    def __init__(self, share: Share, instance_type: str):
+        self.share = share
+        self.instance_type = instance_type
+        self.limit = share.limits.get(instance_type, 0)
+        self.reserved = reserved_capacity(share, self.limit)
+        self.ceiling = share_ceiling(share, self.limit)
+        self.usage = 0
+        self.victims: list[Job] = []
+        self.victim_usage = 0
+        self.live_from = 0
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.usage - self.limit)
+
+    @property
+    def over_limit(self) -> bool:
+        return self.usage > self.limit
+
+
+class TypeLedger:
+    """Sums over all shares for one instance type.
+
+    used = sum of usage (invariant A), committed = sum of max(usage, reserved) (invariant B), borrowed = sum
+    of usage above limits, reclaimable = victim usage of shares over their limit (an upper bound on what
+    reclaim can free).
+    """
+
+    __slots__ = ("instance_type", "capacity", "used", "committed", "borrowed", "reclaimable")
+
+    def __init__(self, instance_type: str, capacity: int):
+        self.instance_type = instance_type
+        self.capacity = capacity
+        self.used = 0
+        self.committed = 0
+        self.borrowed = 0
+        self.reclaimable = 0
+
+    @property
+    def broken(self) -> bool:
+        return self.committed > self.capacity or self.used > self.capacity
+
+
+class FailureMemo:
+    """Per instance type and key, the smallest count known to fail a check that only gets harder with the
+    count and with usage of the type; `forget` a type whenever a change of its usage could make it pass.
+    """
+
+    __slots__ = ("_by_type",)
+
+    def __init__(self) -> None:
+        self._by_type: dict[str, dict[tuple[int, object], int]] = {}
+
+    def known_to_fail(self, instance_type: str, key: tuple[int, object], count: int) -> bool:
+        failed = self._by_type.get(instance_type)
+        return failed is not None and key in failed and count >= failed[key]
+
+    def record(self, instance_type: str, key: tuple[int, object], count: int) -> None:
+        failed = self._by_type.setdefault(instance_type, {})
+        failed[key] = min(count, failed.get(key, count))
+
+    def forget(self, instance_type: str) -> None:
+        self._by_type.pop(instance_type, None)
+
+
+class WorkingState:
+    """The mutable state of one pass: live placements, usage per (share, type) and per plan, aggregates."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.snapshot = snapshot
+        self.now: datetime = snapshot.now
+        self.shares: dict[int, Share] = {share.id: share for share in sorted(snapshot.shares, key=_by_id)}
+        self.plans: dict[str, Plan] = {plan.name: plan for plan in sorted(snapshot.plans, key=_by_id)}
+        self.jobs: list[Job] = sorted(snapshot.jobs, key=_by_id)
+        self.ledgers: dict[str, TypeLedger] = {}
+        self.holdings: dict[tuple[int, str], Holding] = {}
+        self.share_usage: dict[int, int] = {share_id: 0 for share_id in self.shares}
+        self.share_limit: dict[int, int] = {
+            share.id: sum(share.limits.values()) for share in self.shares.values()
+        }
+        self.plan_in_use: dict[str, int] = {}
+        self.plan_jobs: dict[str, list[Job]] = {}
+        self.placements: dict[int, Placement] = {}
+        self.placed_in_pass: set[int] = set()
+        self.stopped: set[int] = set()
+        # (share, plan) -> smallest count known not to fit without preemption (see fit.py).
+        self.no_fit = FailureMemo()
+        # (share, priority) -> smallest count preemption is known not to make room for (see preemption.py).
+        self.no_preemption = FailureMemo()
+        for instance_type in sorted(snapshot.capacity):
+            self.ledger(instance_type)
+        for share in self.shares.values():
+            for instance_type in sorted(share.limits):
+                self.holding(share.id, instance_type)
+        for job in self.jobs:
+            if job.share_id not in self.shares:
+                raise ValueError(
+                    f"job {job.id} belongs to share {job.share_id}, which is not in the snapshot"
+                )
+            if job.status in PLACED_STATUSES:
+                if job.placement is None:
+                    raise ValueError(f"job {job.id} is {job.status} but has no placement")
+                self._hold(job, job.placement, preemptible=True)
+            elif job.status != JobStatus.RUNNABLE:
+                raise ValueError(f"job {job.id} has status {job.status}, not RUNNABLE or placed")
+        for holding in self.holdings.values():
+            holding.victims.sort(key=lambda job: victim_key(job, job.placement))
+
+    # --- lookups -----------------------------------------------------------------------------------------
+
+    def ledger(self, instance_type: str) -> TypeLedger:
+        ledger = self.ledgers.get(instance_type)
+        if ledger is None:
+            ledger = self.ledgers[instance_type] = TypeLedger(
+                instance_type, self.snapshot.capacity.get(instance_type, 0)
+            )
+        return ledger
+
+    def holding(self, share_id: int, instance_type: str) -> Holding:
+        holding = self.holdings.get((share_id, instance_type))
+        if holding is None:
+            holding = self.holdings[share_id, instance_type] = Holding(self.shares[share_id], instance_type)
+            # An idle RESERVE share still commits its limit (invariant B).
+            self.ledger(instance_type).committed += holding.reserved
+        return holding
+
+    def holdings_of_type(self, instance_type: str) -> list[Holding]:
+        """Every share's holding of `instance_type`, by share id."""
+        return [self.holding(share_id, instance_type) for share_id in self.shares]
+
+    def live_victims(self, holding: Holding) -> list[Job]:
+        """The jobs of `holding` still placed that a preemption in this pass may take, in reclaim order."""
+        return [job for job in holding.victims if job.id not in self.stopped]
+
+    def next_live_victim(self, holding: Holding, start: int = 0) -> int | None:
+        """Index of the first victim at or after `start` that is still placed, None when there is none."""
+        victims = holding.victims
+        index = max(start, holding.live_from)
+        while index < len(victims) and victims[index].id in self.stopped:
+            index += 1
+        # Victims are mostly taken from the front of the list: remember where the live ones begin.
+        if start <= holding.live_from:
+            holding.live_from = index
+        return index if index < len(victims) else None
+
+    def share_under_limit(self, share_id: int) -> bool:
+        """A share is under its limit while its on-demand instances (all types) are below its limits' sum."""
+        return self.share_usage[share_id] < self.share_limit[share_id]
+
+    def plan_free(self, plan: Plan) -> int:
+        return plan.instance_count - self.plan_in_use.get(plan.name, 0)
+
+    # --- changes -----------------------------------------------------------------------------------------
+
+    def place(self, job: Job, instance_type: str, count: int, training_plan: str | None) -> Placement:
+        """Hold capacity for `job`, placed in this pass (so never a victim in it)."""
+        placement = Placement(instance_type, count, training_plan, self.now)
+        self.placed_in_pass.add(job.id)
+        self._hold(job, placement, preemptible=False)
+        return placement
+
+    def release(self, job: Job) -> Placement:
+        """Free the capacity `job` holds; it is stopped for the rest of the pass."""
+        placement = self.placements.pop(job.id)
+        self.stopped.add(job.id)
+        self.no_fit.forget(placement.instance_type)
+        if placement.training_plan is not None:
+            self.plan_in_use[placement.training_plan] -= placement.instance_count
+        else:
+            victim = job.id not in self.placed_in_pass
+            self._adjust(
+                self.holding(job.share_id, placement.instance_type),
+                -placement.instance_count,
+                -placement.instance_count if victim else 0,
+            )
+        return placement
+
+    def _hold(self, job: Job, placement: Placement, *, preemptible: bool) -> None:
+        self.placements[job.id] = placement
+        if placement.training_plan is not None:
+            name = placement.training_plan
+            self.plan_in_use[name] = self.plan_in_use.get(name, 0) + placement.instance_count
+            self.plan_jobs.setdefault(name, []).append(job)
+            return
+        holding = self.holding(job.share_id, placement.instance_type)
+        if preemptible:
+            holding.victims.append(job)
+        self._adjust(holding, placement.instance_count, placement.instance_count if preemptible else 0)
+
+    def _adjust(self, holding: Holding, usage_delta: int, victim_delta: int) -> None:
+        ledger = self.ledgers[holding.instance_type]
+        # A placement can put a share over its limit and so make its jobs reclaimable.
+        self.no_preemption.forget(holding.instance_type)
+        committed = max(holding.usage, holding.reserved)
+        borrowed = holding.borrowed
+        reclaimable = holding.victim_usage if holding.over_limit else 0
+        holding.usage += usage_delta
+        holding.victim_usage += victim_delta
+        ledger.used += usage_delta
+        ledger.committed += max(holding.usage, holding.reserved) - committed
+        ledger.borrowed += holding.borrowed - borrowed
+        ledger.reclaimable += (holding.victim_usage if holding.over_limit else 0) - reclaimable
+        self.share_usage[holding.share.id] += usage_delta
+
+
+def _by_id(item: Share | Plan | Job) -> int:
+    return item.id

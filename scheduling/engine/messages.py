@@ -1,0 +1,96 @@
+"""The words of the decisions: what a person reads in events and attempts about a placement or a stop."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .types import Job, Placement, Plan, PreemptionKind
+
+if TYPE_CHECKING:
+    from .capacity import WorkingState
+    from .fit import Fit
+
+
+def admission_message(job: Job, fit: Fit, borrowed: int) -> str:
+    entry = fit.entry
+    where = (
+        f"placed on {entry.instance_type} x{entry.instance_count} "
+        f"(entry {fit.entry_index + 1} of {len(job.entries)})"
+    )
+    if entry.training_plan is not None:
+        how = f"on training plan {entry.training_plan}"
+    elif borrowed:
+        how = f"borrowing {borrowed} from idle capacity"
+    else:
+        how = "within share quota"
+    message = f"{where} {how}"
+    if fit.victims:
+        message += " after preempting " + ", ".join(f"job {victim.id}" for victim in fit.victims)
+    return message
+
+
+def preemption_message(
+    state: WorkingState,
+    victim: Job,
+    placement: Placement,
+    *,
+    kind: PreemptionKind,
+    preemptor: Job | None,
+) -> str:
+    """Name victim, preemptor and both shares, and why; read before the victim's capacity is released."""
+    victim_share = state.shares[victim.share_id].name
+    instances = f"{placement.instance_count} {placement.instance_type}"
+    if kind == PreemptionKind.LIMIT_REDUCED:
+        if placement.training_plan is not None:
+            plan = state.plans.get(placement.training_plan)
+            held = state.plan_in_use.get(placement.training_plan, 0)
+            allowed = plan.instance_count if plan is not None else 0
+            message = (
+                f"job {victim.id} of share {victim_share} preempted to give back {instances} of training "
+                f"plan {placement.training_plan}, which holds {held} of the {allowed} it may use now"
+            )
+        else:
+            ledger = state.ledgers[placement.instance_type]
+            holding = state.holding(victim.share_id, placement.instance_type)
+            message = (
+                f"job {victim.id} of share {victim_share} preempted to give back {instances}: capacity "
+                f"lowered to {ledger.capacity} with {ledger.used} in use ({victim_share} at "
+                f"{holding.usage}/{holding.limit})"
+            )
+    else:
+        preemptor_share = state.shares[preemptor.share_id].name
+        if kind == PreemptionKind.RECLAIM:
+            holding = state.holding(victim.share_id, placement.instance_type)
+            message = (
+                f"job {victim.id} of share {victim_share} preempted by job {preemptor.id} of share "
+                f"{preemptor_share} to reclaim {instances} lent by {preemptor_share} and borrowed by "
+                f"{victim_share} ({victim_share} at {holding.usage}/{holding.limit})"
+            )
+        else:
+            message = (
+                f"job {victim.id} (priority {victim.priority}) preempted by job {preemptor.id} (priority "
+                f"{preemptor.priority}) of share {victim_share}: in-share preemption frees {instances}"
+            )
+    return message
+
+
+def drain_message(plan_name: str, plan: Plan | None, drain_seconds: int, now: datetime) -> str:
+    if plan is None:
+        return f"training plan {plan_name} no longer exists: stopped and returned to RUNNABLE"
+    if plan.end_time <= now:
+        return f"training plan {plan_name} ended at {when(plan.end_time)}: stopped and returned to RUNNABLE"
+    return (
+        f"training plan {plan_name} ends at {when(plan.end_time)}, within the {drain_seconds} s drain "
+        f"window: stopped and returned to RUNNABLE"
+    )
+
+
+def timeout_message(waited_seconds: int, max_pending_seconds: int) -> str:
+    return (
+        f"waited {waited_seconds} s to be placed, more than its max_pending_seconds of {max_pending_seconds}"
+    )
+
+
+def when(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")

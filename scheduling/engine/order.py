@@ -1,0 +1,84 @@
+"""Order (SPEC 3.2): each share's queue, and which share's head the pass takes next."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from .types import Job
+
+QueueKey = tuple[int, datetime, int]
+HeadKey = tuple[int, int, datetime, int]
+
+
+def queue_key(job: Job) -> QueueKey:
+    """A share's queue: higher priority first, then earlier submission, then lower id."""
+    return (-job.priority, job.submitted_at, job.id)
+
+
+def head_key(job: Job, share_under_limit: bool) -> HeadKey:
+    """Across shares: heads of shares under their limit first, then priority, submission time, lower id."""
+    return (0 if share_under_limit else 1, -job.priority, job.submitted_at, job.id)
+
+
+def share_queues(jobs: Iterable[Job]) -> dict[int, list[Job]]:
+    """The RUNNABLE jobs of each share in queue order, shares by id."""
+    queues: dict[int, list[Job]] = {}
+    for job in sorted(jobs, key=queue_key):
+        queues.setdefault(job.share_id, []).append(job)
+    return dict(sorted(queues.items()))
+
+
+class HeadOrder:
+    """The share queues' heads, best first (Kueue's "order heads"), kept current as usage changes.
+
+    A share's key changes when its head moves or its under-limit state flips; a stale heap entry is one whose
+    key is no longer the share's current key, and is dropped when popped.
+    """
+
+    def __init__(self, queues: dict[int, list[Job]], share_under_limit: Callable[[int], bool]):
+        self._queues = queues
+        self._share_under_limit = share_under_limit
+        self._cursor = dict.fromkeys(queues, 0)
+        self._key: dict[int, HeadKey | None] = {}
+        self._heap: list[tuple[HeadKey, int]] = []
+        for share_id in queues:
+            self._push(share_id)
+
+    def next_head(self) -> Job | None:
+        """The best head; its share is out of the order until `advance` or `block` says what became of it."""
+        while self._heap:
+            key, share_id = heapq.heappop(self._heap)
+            if self._key[share_id] == key:
+                self._key[share_id] = None
+                return self._queues[share_id][self._cursor[share_id]]
+        return None
+
+    def advance(self, share_id: int) -> None:
+        """The head was placed or skipped: the share's next job becomes its head."""
+        self._cursor[share_id] += 1
+        self._push(share_id)
+
+    def block(self, share_id: int) -> list[Job]:
+        """STRICT_FIFO: the head cannot be placed, so the share is done; returns the head and those behind."""
+        rest = self._queues[share_id][self._cursor[share_id] :]
+        self._cursor[share_id] = len(self._queues[share_id])
+        self._key[share_id] = None
+        return rest
+
+    def refresh(self, share_id: int) -> None:
+        """The share lost jobs to preemption: its head may move from the over-limit group to the other."""
+        if self._key.get(share_id) is not None:
+            self._push(share_id)
+
+    def _push(self, share_id: int) -> None:
+        queue = self._queues[share_id]
+        cursor = self._cursor[share_id]
+        if cursor >= len(queue):
+            self._key[share_id] = None
+            return
+        key = head_key(queue[cursor], self._share_under_limit(share_id))
+        if key != self._key.get(share_id):
+            self._key[share_id] = key
+            heapq.heappush(self._heap, (key, share_id))

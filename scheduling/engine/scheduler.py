@@ -1,0 +1,196 @@
+"""The scheduling pass (SPEC section 3): housekeeping, order heads, nominate, preempt, place, explain.
+
+One call, one queue, one snapshot; nothing is read but the snapshot and nothing is written but the decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import messages
+from .capacity import WorkingState
+from .fit import Fit, borrowed_by_placement, first_fit_without_preemption
+from .housekeeping import (
+    drain_expiring_plans,
+    restore_capacity_limits,
+    restore_plan_limits,
+    time_out_pending_jobs,
+)
+from .order import HeadOrder, queue_key, share_queues
+from .preemption import first_fit_with_preemption, preempt, preemption_kind
+from .reasons import (
+    PendingReasons,
+    held_by_strict_fifo_reason,
+    preempted_reason,
+    queue_disabled_reason,
+    share_disabled_reason,
+)
+from .types import (
+    Admission,
+    Decisions,
+    Job,
+    JobStatus,
+    Ordering,
+    PassStats,
+    Pending,
+    PreemptionKind,
+    Snapshot,
+)
+
+
+def schedule(snapshot: Snapshot) -> Decisions:
+    """One pass over one queue: same snapshot in, same decisions out."""
+    state = WorkingState(snapshot)
+    run = PassRun(state)
+    drained = drain_expiring_plans(state, run.decisions)
+    timed_out = time_out_pending_jobs(state, run.decisions)
+    restore_capacity_limits(state, run.decisions)
+    restore_plan_limits(state, run.decisions)
+    runnable = [job for job in state.jobs if job.status == JobStatus.RUNNABLE and job.id not in timed_out]
+    runnable += drained
+    left: dict[int, list[Job]] = {}
+    unordered = runnable
+    if snapshot.queue_enabled:
+        unordered = [job for job in runnable if not state.shares[job.share_id].enabled]
+        schedulable = [job for job in runnable if state.shares[job.share_id].enabled]
+        left = run.place_in_order(share_queues(schedulable), allow_preemption=True)
+        if any(p.preemptor_job_id is not None for p in run.decisions.preemptions):
+            left = run.sweep(left)
+    run.explain_pending(unordered, left)
+    run.decisions.stats = pass_stats(run.decisions, run.considered)
+    return run.decisions
+
+
+@dataclass
+class PassRun:
+    """The decisions of one pass so far, and what became of each job it looked at."""
+
+    state: WorkingState
+    decisions: Decisions = field(default_factory=Decisions)
+    considered: set[int] = field(default_factory=set)
+    held_behind: dict[int, int] = field(default_factory=dict)
+
+    def place_in_order(self, queues: dict[int, list[Job]], *, allow_preemption: bool) -> dict[int, list[Job]]:
+        """Take the best head across shares until none is left; returns each share's jobs left unplaced."""
+        strict = self.state.snapshot.ordering == Ordering.STRICT_FIFO
+        heads = HeadOrder(queues, self.state.share_under_limit)
+        left: dict[int, list[Job]] = {share_id: [] for share_id in queues}
+        self.held_behind = {}
+        while (job := heads.next_head()) is not None:
+            self.considered.add(job.id)
+            if self.try_place(job, heads, allow_preemption=allow_preemption):
+                heads.advance(job.share_id)
+            elif strict:
+                blocked = heads.block(job.share_id)
+                left[job.share_id].extend(blocked)
+                for held in blocked[1:]:
+                    self.held_behind[held.id] = job.id
+            else:
+                left[job.share_id].append(job)
+                heads.advance(job.share_id)
+        return left
+
+    def sweep(self, left: dict[int, list[Job]]) -> dict[int, list[Job]]:
+        """Work conservation: after preemptions freed capacity, retry what was left, without preemption.
+
+        Only a preemption frees capacity during a pass and the sweep preempts nobody, so one sweep is enough,
+        and a job that does not fit when the sweep starts cannot fit later in it: under BEST_EFFORT_FIFO only
+        those that fit now are put through the order again. STRICT_FIFO queues go through whole, so a head
+        that still does not fit keeps holding the jobs behind it.
+        """
+        if self.state.snapshot.ordering == Ordering.STRICT_FIFO:
+            return self.place_in_order(left, allow_preemption=False)
+        candidates = {
+            share_id: [job for job in jobs if first_fit_without_preemption(self.state, job) is not None]
+            for share_id, jobs in left.items()
+        }
+        if any(candidates.values()):
+            self.place_in_order(candidates, allow_preemption=False)
+        placed = self.state.placed_in_pass
+        return {share_id: [job for job in jobs if job.id not in placed] for share_id, jobs in left.items()}
+
+    def try_place(self, job: Job, heads: HeadOrder, *, allow_preemption: bool) -> bool:
+        """Preference evaluation: the first entry that fits without preemption, else with preemption."""
+        fit = first_fit_without_preemption(self.state, job)
+        if fit is None and allow_preemption:
+            fit = first_fit_with_preemption(self.state, job)
+        if fit is None:
+            return False
+        for victim in fit.victims:
+            preempt(self.state, self.decisions, victim, kind=preemption_kind(victim, job), preemptor=job)
+            heads.refresh(victim.share_id)
+        self.admit(job, fit)
+        return True
+
+    def admit(self, job: Job, fit: Fit) -> None:
+        entry = fit.entry
+        borrowed = 0
+        if entry.training_plan is None:
+            borrowed = borrowed_by_placement(
+                self.state.holding(job.share_id, entry.instance_type), entry.instance_count
+            )
+        self.state.place(job, entry.instance_type, entry.instance_count, entry.training_plan)
+        self.decisions.admissions.append(
+            Admission(
+                job_id=job.id,
+                share_id=job.share_id,
+                entry_index=fit.entry_index,
+                instance_type=entry.instance_type,
+                instance_count=entry.instance_count,
+                training_plan=entry.training_plan,
+                borrowed=borrowed,
+                message=messages.admission_message(job, fit, borrowed),
+            )
+        )
+
+    def explain_pending(self, unordered: list[Job], left: dict[int, list[Job]]) -> None:
+        """Every job left RUNNABLE gets a reason and its 1-based position among its share's RUNNABLE jobs.
+
+        `left` holds each share's jobs left by the order, in queue order already; this pass's victims and the
+        jobs that never went through the order (queue or share disabled) join them.
+        """
+        state = self.state
+        why_entries_do_not_fit = PendingReasons(state).why_entries_do_not_fit
+        victims = {p.job_id: p for p in self.decisions.preemptions if not p.fails}
+        held_behind = self.held_behind
+        pending = self.decisions.pending
+        joining = share_queues([job for job in state.jobs if job.id in victims] + unordered)
+        for share_id in sorted(set(left) | set(joining)):
+            share_queue = left.get(share_id, [])
+            if share_id in joining:
+                share_queue = sorted(share_queue + joining[share_id], key=queue_key)
+            share = state.shares[share_id]
+            for position, job in enumerate(share_queue, start=1):
+                if job.id in victims:
+                    reason = preempted_reason(state, victims[job.id])
+                elif not state.snapshot.queue_enabled:
+                    reason = queue_disabled_reason()
+                elif not share.enabled:
+                    reason = share_disabled_reason(share.name)
+                elif job.id in held_behind:
+                    reason = held_by_strict_fifo_reason(held_behind[job.id])
+                else:
+                    reason = why_entries_do_not_fit(job)
+                pending.append(Pending(job.id, share_id, reason, position))
+
+
+def pass_stats(decisions: Decisions, considered: set[int]) -> PassStats:
+    """The pass record of SPEC section 3, derived from the decisions so it cannot disagree with them."""
+    stats = PassStats(
+        jobs_considered=len(considered),
+        plan_drains=len(decisions.drains),
+        timeouts=len(decisions.timeouts),
+        preemptions={kind.value: 0 for kind in PreemptionKind},
+    )
+    for admission in decisions.admissions:
+        if admission.training_plan is not None:
+            stats.placed_on_plan += 1
+        elif admission.borrowed > 0:
+            stats.placed_borrowing += 1
+        else:
+            stats.placed_within_quota += 1
+        if admission.entry_index > 0:
+            stats.fallbacks += 1
+    for preemption in decisions.preemptions:
+        stats.preemptions[preemption.kind.value] += 1
+    return stats

@@ -1,0 +1,106 @@
+"""SPEC section 2 computed from scratch, with no engine code: what the tests hold the engine's results to."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+from scheduling.engine import PLACED_STATUSES, UNLIMITED, Entry, Job, Share, Snapshot, Strategy
+
+
+def on_demand_usage(snap: Snapshot) -> Counter[tuple[int, str]]:
+    usage: Counter[tuple[int, str]] = Counter()
+    for job in snap.jobs:
+        if job.status in PLACED_STATUSES and job.placement.training_plan is None:
+            usage[job.share_id, job.placement.instance_type] += job.placement.instance_count
+    return usage
+
+
+def plan_usage(snap: Snapshot) -> Counter[str]:
+    usage: Counter[str] = Counter()
+    for job in snap.jobs:
+        if job.status in PLACED_STATUSES and job.placement.training_plan is not None:
+            usage[job.placement.training_plan] += job.placement.instance_count
+    return usage
+
+
+def limit(share: Share, instance_type: str) -> int:
+    return share.limits.get(instance_type, 0)
+
+
+def reserved(share: Share, instance_type: str) -> int:
+    return limit(share, instance_type) if share.strategy == Strategy.RESERVE else 0
+
+
+def most_allowed(share: Share, instance_type: str) -> int | None:
+    """Invariant C: the most a placement may bring the share to (None: no bound)."""
+    if share.strategy != Strategy.LEND_AND_BORROW:
+        return limit(share, instance_type)
+    if share.borrow_limit == UNLIMITED:
+        return None
+    return limit(share, instance_type) + limit(share, instance_type) * share.borrow_limit // 100
+
+
+def all_types(snap: Snapshot) -> list[str]:
+    types = set(snap.capacity)
+    for job in snap.jobs:
+        types.update(e.instance_type for e in job.entries)
+        if job.placement is not None:
+            types.add(job.placement.instance_type)
+    return sorted(types)
+
+
+def invariant_violations(snap: Snapshot) -> list[str]:
+    """Invariants A, B and D of SPEC section 2 (C is about placements, see `share_rule_violations`)."""
+    usage = on_demand_usage(snap)
+    problems = []
+    for instance_type in all_types(snap):
+        capacity = snap.capacity.get(instance_type, 0)
+        used = sum(usage[s.id, instance_type] for s in snap.shares)
+        committed = sum(max(usage[s.id, instance_type], reserved(s, instance_type)) for s in snap.shares)
+        if used > capacity:
+            problems.append(f"A: {instance_type} uses {used} of {capacity}")
+        if committed > capacity:
+            problems.append(f"B: {instance_type} commits {committed} of {capacity}")
+    plans = {p.name: p for p in snap.plans}
+    for name, in_use in sorted(plan_usage(snap).items()):
+        plan = plans.get(name)
+        if plan is None:
+            problems.append(f"D: {in_use} in use on missing plan {name}")
+            continue
+        if in_use > plan.instance_count:
+            problems.append(f"D: plan {name} holds {in_use} of {plan.instance_count}")
+        if not plan.start_time <= snap.now < plan.end_time:
+            problems.append(f"D: plan {name} holds {in_use} while not ACTIVE")
+        if plan.end_time - snap.now <= timedelta(seconds=snap.plan_drain_seconds):
+            problems.append(f"D: plan {name} holds {in_use} within its drain window")
+    return problems
+
+
+def fits_without_preemption(snap: Snapshot, job: Job, entry: Entry) -> bool:
+    """SPEC 3.3 for one entry, on the state `snap` describes."""
+    share = next(s for s in snap.shares if s.id == job.share_id)
+    if entry.training_plan is not None:
+        plan = next((p for p in snap.plans if p.name == entry.training_plan), None)
+        return (
+            plan is not None
+            and plan.instance_type == entry.instance_type
+            and (not plan.share_ids or share.id in plan.share_ids)
+            and plan.start_time <= snap.now < plan.end_time
+            and plan.end_time - snap.now > timedelta(seconds=snap.plan_drain_seconds)
+            and plan_usage(snap)[plan.name] + entry.instance_count <= plan.instance_count
+        )
+    usage = on_demand_usage(snap)
+    instance_type = entry.instance_type
+    after = usage[share.id, instance_type] + entry.instance_count
+    ceiling = most_allowed(share, instance_type)
+    if ceiling is not None and after > ceiling:
+        return False
+    committed = sum(
+        max(
+            usage[s.id, instance_type] + (entry.instance_count if s.id == share.id else 0),
+            reserved(s, instance_type),
+        )
+        for s in snap.shares
+    )
+    return committed <= snap.capacity.get(instance_type, 0)

@@ -1,0 +1,206 @@
+"""Plan drains, pending timeouts and LIMIT_REDUCED preemptions (SPEC 3.1 and 2)."""
+
+from datetime import timedelta
+
+from scheduling.engine import PreemptionKind, schedule
+
+from .builders import (
+    LEND,
+    LEND_AND_BORROW,
+    NOW,
+    P4,
+    P5,
+    RESERVE,
+    admitted,
+    entry,
+    placed,
+    plan,
+    preempted,
+    reason_of,
+    runnable,
+    share,
+    snapshot,
+)
+
+
+def test_jobs_on_a_draining_plan_are_drained_and_fall_back_in_the_same_pass():
+    nlp = share(1, "nlp", LEND, limits={P5: 8})
+    ending = plan(1, "dec-p5", P5, 4, ends_in_hours=0.25)
+    on_plan = placed(101, nlp, P5, 4, plan="dec-p5", entries=(entry(P5, 4, "dec-p5"), entry(P5, 4)))
+
+    decisions = schedule(snapshot({P5: 8}, [nlp], [on_plan], plans=(ending,)))
+
+    [drain] = decisions.drains
+    assert (drain.job_id, drain.training_plan, drain.instance_type, drain.instances) == (101, "dec-p5", P5, 4)
+    assert drain.message == (
+        "training plan dec-p5 ends at 2025-06-02T12:15:00+00:00, within the 1800 s drain window: stopped and "
+        "returned to RUNNABLE"
+    )
+    assert admitted(decisions) == {101: (P5, 4, None)}
+    assert decisions.preemptions == []
+    assert (decisions.stats.plan_drains, decisions.stats.fallbacks) == (1, 1)
+
+
+def test_jobs_on_an_ended_or_removed_plan_are_drained():
+    nlp = share(1, "nlp", LEND, limits={P5: 8})
+    ended = plan(1, "old", P5, 4, started_hours_ago=48, ends_in_hours=-1)
+    jobs = [placed(101, nlp, P5, 4, plan="old"), placed(102, nlp, P5, 4, plan="deleted")]
+
+    decisions = schedule(snapshot({P5: 8}, [nlp], jobs, plans=(ended,), plan_drain_seconds=600))
+
+    assert [(d.job_id, d.training_plan) for d in decisions.drains] == [(102, "deleted"), (101, "old")]
+    assert (
+        reason_of(decisions, 101)
+        == f"{P5} x4 on plan old: plan old expired (ended at 2025-06-02T11:00:00+00:00)"
+    )
+    assert (
+        decisions.drains[0].message
+        == "training plan deleted no longer exists: stopped and returned to RUNNABLE"
+    )
+
+
+def test_a_plan_outside_its_drain_window_keeps_its_jobs():
+    nlp = share(1, "nlp", LEND, limits={P5: 8})
+    dec = plan(1, "dec-p5", P5, 4, ends_in_hours=1)
+
+    decisions = schedule(snapshot({P5: 8}, [nlp], [placed(101, nlp, P5, 4, plan="dec-p5")], plans=(dec,)))
+
+    assert decisions.drains == [] and decisions.pending == []
+
+
+def test_runnable_jobs_that_waited_longer_than_max_pending_seconds_time_out():
+    nlp = share(1, "nlp", LEND, limits={P5: 8})
+    jobs = [
+        runnable(1, nlp, entry(P5, 1), max_pending_seconds=3600, runnable_since=NOW - timedelta(hours=2)),
+        # No runnable_since: measured from submission, a day ago.
+        runnable(2, nlp, entry(P5, 1), max_pending_seconds=3600),
+        runnable(3, nlp, entry(P5, 1), max_pending_seconds=3600, runnable_since=NOW - timedelta(minutes=59)),
+        runnable(
+            4, nlp, entry(P5, 1), max_pending_seconds=3600, runnable_since=NOW - timedelta(seconds=3600)
+        ),
+    ]
+
+    decisions = schedule(snapshot({P5: 8}, [nlp], jobs))
+
+    assert [t.job_id for t in decisions.timeouts] == [1, 2]
+    assert (
+        decisions.timeouts[0].message
+        == "waited 7200 s to be placed, more than its max_pending_seconds of 3600"
+    )
+    assert admitted(decisions) == {3: (P5, 1, None), 4: (P5, 1, None)}
+    assert decisions.stats.timeouts == 2
+    assert {p.job_id for p in decisions.pending} == set()
+
+
+def test_lowered_capacity_preempts_over_limit_jobs_in_reclaim_order_until_the_invariants_hold():
+    nlp = share(1, "nlp", LEND, limits={P5: 4})
+    vision = share(2, "vision", LEND_AND_BORROW, limits={P5: 4})
+    jobs = [
+        placed(100, nlp, P5, 4, priority=0),
+        placed(101, vision, P5, 4, priority=1),
+        placed(102, vision, P5, 2, priority=0),
+        placed(103, vision, P5, 2, priority=5),
+        runnable(1, vision, entry(P5, 2)),
+    ]
+
+    # Capacity was 12 and is now 8: vision holds 8 against a limit of 4.
+    decisions = schedule(snapshot({P5: 8}, [nlp, vision], jobs))
+
+    assert preempted(decisions) == [102, 101]
+    assert {p.kind for p in decisions.preemptions} == {PreemptionKind.LIMIT_REDUCED}
+    assert {p.preemptor_job_id for p in decisions.preemptions} == {None}
+    assert decisions.preemptions[0].message == (
+        f"job 102 of share vision preempted to give back 2 {P5}: capacity lowered to 8 with 12 in use "
+        f"(vision at 8/4)"
+    )
+    # 102 would fit again, but a victim waits for the next pass; job 1 takes the room instead.
+    assert admitted(decisions) == {1: (P5, 2, None)}
+    assert (
+        reason_of(decisions, 102)
+        == "preempted in this pass because capacity was lowered (will be retried next pass)"
+    )
+    assert decisions.stats.preemptions["PREEMPTED_LIMIT_REDUCED"] == 2
+
+
+def test_capacity_lowered_below_what_in_limit_shares_hold_preempts_them_too():
+    nlp = share(1, "nlp", LEND, limits={P5: 8})
+    jobs = [placed(101, nlp, P5, 4, priority=1), placed(102, nlp, P5, 4, priority=0)]
+
+    decisions = schedule(snapshot({P5: 4}, [nlp], jobs))
+
+    assert preempted(decisions) == [102]
+    assert decisions.preemptions[0].kind == PreemptionKind.LIMIT_REDUCED
+
+
+def test_raising_a_reserve_limit_takes_back_what_borrowers_hold_of_it():
+    ops = share(1, "ops", RESERVE, limits={P5: 8})  # was 4
+    vision = share(2, "vision", LEND_AND_BORROW, limits={P5: 4})
+    jobs = [
+        placed(101, vision, P5, 4, priority=0),
+        placed(102, vision, P5, 4, priority=1),
+        placed(103, vision, P5, 4),
+    ]
+
+    decisions = schedule(snapshot({P5: 12}, [ops, vision], jobs))
+
+    assert sorted(preempted(decisions)) == [101, 103]
+    assert {p.kind for p in decisions.preemptions} == {PreemptionKind.LIMIT_REDUCED}
+
+
+def test_a_lowered_share_limit_makes_its_jobs_reclaimable():
+    nlp = share(1, "nlp", LEND, limits={P5: 2})  # lowered from 4 while holding 4
+    vision = share(2, "vision", LEND, limits={P5: 6})
+    jobs = [
+        placed(101, nlp, P5, 2, priority=9),
+        placed(102, nlp, P5, 2, priority=9),
+        placed(103, vision, P5, 2),
+        runnable(1, vision, entry(P5, 4)),
+    ]
+
+    decisions = schedule(snapshot({P5: 8}, [nlp, vision], jobs))
+
+    assert admitted(decisions) == {1: (P5, 4, None)}
+    assert preempted(decisions) == [102]
+    assert decisions.preemptions[0].kind == PreemptionKind.RECLAIM
+
+
+def test_a_plan_holding_more_than_its_instance_count_gives_back_its_newest_jobs():
+    nlp = share(1, "nlp", LEND, limits={P4: 1})
+    dec = plan(1, "dec-p5", P5, 4)  # was 6
+    jobs = [
+        placed(101, nlp, P5, 2, plan="dec-p5", scheduled_minutes_ago=30),
+        placed(102, nlp, P5, 2, plan="dec-p5", scheduled_minutes_ago=10),
+        placed(103, nlp, P5, 2, plan="dec-p5", scheduled_minutes_ago=20),
+    ]
+
+    decisions = schedule(snapshot({P4: 1}, [nlp], jobs, plans=(dec,)))
+
+    assert preempted(decisions) == [102]
+    assert decisions.preemptions[0].kind == PreemptionKind.LIMIT_REDUCED
+    assert decisions.preemptions[0].message == (
+        f"job 102 of share nlp preempted to give back 2 {P5} of training plan dec-p5, which holds 6 of the 4 "
+        f"it may use now"
+    )
+
+
+def test_a_plan_moved_to_start_later_gives_back_its_jobs():
+    nlp = share(1, "nlp", LEND, limits={P4: 1})
+    moved = plan(1, "dec-p5", P5, 4, started_hours_ago=-1)
+
+    decisions = schedule(snapshot({P4: 1}, [nlp], [placed(101, nlp, P5, 2, plan="dec-p5")], plans=(moved,)))
+
+    assert preempted(decisions) == [101]
+    assert decisions.drains == []
+
+
+def test_a_drained_job_does_not_time_out_in_the_pass_that_drains_it():
+    nlp = share(1, "nlp", LEND, limits={P4: 4})
+    ending = plan(1, "dec-p5", P5, 4, ends_in_hours=0.1)
+    job = placed(
+        101, nlp, P5, 4, plan="dec-p5", max_pending_seconds=60, entries=(entry(P5, 4, "dec-p5"), entry(P4, 4))
+    )
+
+    decisions = schedule(snapshot({P4: 4}, [nlp], [job], plans=(ending,)))
+
+    assert decisions.timeouts == []
+    assert admitted(decisions) == {101: (P4, 4, None)}
