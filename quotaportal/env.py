@@ -6,6 +6,7 @@ Every setting of quotaportal comes from here; `.env.example` lists them all.
 from __future__ import annotations
 
 import os
+import re
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -62,3 +63,18 @@ def envurl(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
             f"{name}={raw!r} has an unsupported scheme {scheme!r}: use one of {', '.join(s + '://' for s in schemes)}"
         )
     return raw
+
+
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour|d|day)\s*$")
+
+
+def envrate(name: str, default: str) -> str | None:
+    """A DRF throttle rate such as `600/min`; `0`, `off` or empty turns the limit off (None)."""
+    raw = os.environ.get(name, default).strip()
+    if raw.lower() in ("", "0", "off", "none"):
+        return None
+    match = _RATE.match(raw)
+    if not match or int(match.group(1)) < 1:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a rate: write N/second, N/min, N/hour or N/day, or off")
+    return f"{match.group(1)}/{match.group(2)}"

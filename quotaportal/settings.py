@@ -11,7 +11,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from quotaportal.env import envbool, envint, envlist, envstr, envurl
+from quotaportal.env import envbool, envint, envlist, envrate, envstr, envurl
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("QUOTAPORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -64,7 +64,8 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
 SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", HTTPS)
-if envbool("BEHIND_PROXY", False):
+BEHIND_PROXY = envbool("BEHIND_PROXY", False)
+if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -160,6 +161,13 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # A Redis host that does not answer must not hold a web request until TCP gives up.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2}
+# Publishing to a broker that is down gives up within about a second; the request that asked for a pass still
+# succeeds (services.pass_request logs the failure) and the beat runs the pass once the broker is back.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -178,6 +186,34 @@ HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)
 # When set, /metrics answers only requests with `Authorization: Bearer <METRICS_TOKEN>`.
 METRICS_TOKEN = envstr("METRICS_TOKEN", "")
 
+# --- cache: throttle counters shared by every web process --------------------------------------------------
+# CACHE_URL: redis://host:6379/N, file:///absolute/dir or locmem:// (one process only). Unset: the broker's
+# Redis when CELERY_BROKER_URL is Redis, else files under var/cache (shared by the processes of one machine).
+_default_cache = CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else (
+    f"file://{VAR_DIR / 'cache'}")
+CACHE_URL = (envurl("CACHE_URL", _default_cache, schemes=("redis", "rediss", "file", "locmem"))
+             if envstr("CACHE_URL", "").strip() else _default_cache)
+if CACHE_URL.startswith(("redis://", "rediss://")):
+    # Short timeouts: a Redis outage makes the throttles fail open quickly instead of hanging requests.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL,
+                          "KEY_PREFIX": "quotaportal",
+                          "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}}
+elif CACHE_URL.startswith("file://"):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                          "LOCATION": CACHE_URL.removeprefix("file://")}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- request limits -------------------------------------------------------------------------------------
+# Request bodies above this many bytes are refused (413 on the API); a job's payload is at most 64 KiB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DATA_UPLOAD_MAX_MEMORY_SIZE", 1_048_576, minimum=131_072)
+# Job submissions per user through the API (N/second, N/min, N/hour, N/day; `off` for none): 429 above it.
+API_SUBMIT_RATE = envrate("API_SUBMIT_RATE", "600/min")
+# Sign-in: after LOGIN_FAILURE_LIMIT failed attempts for one username (or 10 times as many from one address),
+# sign-in is refused with 429 for LOGIN_LOCKOUT_SECONDS.
+LOGIN_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+LOGIN_LOCKOUT_SECONDS = envint("LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+
 # --- REST framework -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -185,10 +221,17 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "scheduling.api.pagination.PageNumbers",
     "PAGE_SIZE": envint("API_PAGE_SIZE", 50, minimum=1, maximum=1000),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # JSON nested deeper than the parser allows is a 400, not a RecursionError.
+    "DEFAULT_PARSER_CLASSES": [
+        "scheduling.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    # Job submission is throttled per user (API_SUBMIT_RATE) by scheduling.api.throttling, in CACHES.
     "EXCEPTION_HANDLER": "scheduling.api.exceptions.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
@@ -201,6 +244,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "scheduling.api.schema.request_bodies_refuse_unknown_fields",
+        "scheduling.api.schema.empty_filters_mean_no_filter",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduling.models.JobStatus",
         "ReportedJobStatusEnum": "scheduling.services.REPORTABLE_STATUSES",

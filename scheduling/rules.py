@@ -8,6 +8,8 @@ so every caller can show the message next to the right field.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -278,10 +280,40 @@ def validate_preferences(
     _raise_if(errors)
 
 
+MAX_PAYLOAD_DEPTH = 16
+_JSONB_UNSAFE_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
 def validate_payload(payload: object) -> None:
-    """A payload is a JSON object of at most 64 KiB once encoded."""
+    """A payload is a JSON object of at most 64 KiB once encoded, that PostgreSQL's jsonb can store."""
     if not isinstance(payload, dict):
         raise ValidationError({"payload": ["payload must be a JSON object"]})
+    problem = _payload_problem(payload)
+    if problem:
+        raise ValidationError({"payload": [problem]})
     size = len(json.dumps(payload, separators=(",", ":")).encode())
     if size > MAX_PAYLOAD_BYTES:
         raise ValidationError({"payload": [f"payload is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}"]})
+
+
+def _payload_problem(payload: dict) -> str | None:
+    """What jsonb would refuse (NUL, unpaired surrogates, NaN and infinities) or too deep a nesting; walked
+    without recursion, so no depth can overflow the stack."""
+    stack = [(payload, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_PAYLOAD_DEPTH:
+                return f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"
+            items = value.items() if isinstance(value, dict) else ((None, item) for item in value)
+            for key, item in items:
+                if key is not None:
+                    stack.append((key, depth))
+                stack.append((item, depth + 1))
+        elif isinstance(value, str) and (found := _JSONB_UNSAFE_TEXT.search(value)):
+            if found.group() == "\x00":
+                return "payload text may not contain the NUL character (\\u0000)"
+            return "payload text must be valid Unicode (no unpaired surrogate)"
+        elif isinstance(value, float) and not math.isfinite(value):
+            return "payload numbers must be finite (no NaN or Infinity)"
+    return None

@@ -63,15 +63,27 @@ def pass_request(*, job_queue_id: int, trigger: str) -> None:
         return
 
     def enqueue() -> None:
-        run_queue_pass.delay(job_queue_id, trigger)
+        # The change has committed: a broker outage must not turn its request into an error. The beat runs
+        # the queue's pass once the broker is back (it sends a pass for every queue every few seconds).
+        try:
+            run_queue_pass.delay(job_queue_id, trigger)
+        except Exception as exc:  # kombu.exceptions.OperationalError, or whatever the transport raises
+            logger.warning("pass for queue %s not enqueued (%s): the broker is unavailable (%s); "
+                           "the beat will run it", job_queue_id, trigger, exc)
 
     enqueue.quotaportal_queue = job_queue_id
     transaction.on_commit(enqueue)
 
 
 def _lock_queue(job_queue_id: int) -> JobQueue:
-    """Take the queue's row lock; the caller must be inside `transaction.atomic`."""
-    return JobQueue.objects.select_for_update().select_related("service_environment").get(pk=job_queue_id)
+    """Take the queue's row lock; the caller must be inside `transaction.atomic`.
+
+    FOR NO KEY UPDATE serializes everything that changes the queue's jobs, as FOR UPDATE would, but lets a
+    submission insert rows that refer to the queue meanwhile: their foreign-key checks take FOR KEY SHARE,
+    which FOR UPDATE blocks, so every submission used to wait for the pass in progress.
+    """
+    return (JobQueue.objects.select_for_update(no_key=True).select_related("service_environment")
+            .get(pk=job_queue_id))
 
 
 # --- configuration audit --------------------------------------------------------------------------------

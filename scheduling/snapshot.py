@@ -116,6 +116,9 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
         )
         for row in plan_rows
     )
+    # Jobs before their preference lists: a submission may commit while the pass reads (it does not wait for
+    # the queue lock), and its job and list commit together, so a job read here has its list read below.
+    job_rows = list(reads["jobs"])
     # Many jobs ask for the same entries; frozen Entry objects are shared rather than built 30,000 times.
     entry_cache: dict[tuple, et.Entry] = {}
     entries: dict[int, list[et.Entry]] = {}
@@ -136,7 +139,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
     statuses = {status.value: status for status in et.JobStatus}
     runnable = et.JobStatus.RUNNABLE
     jobs = []
-    for row in reads["jobs"]:
+    for row in job_rows:
         (job_id, _name, share_id, priority, created_at, status, type_id, count, plan_id, scheduled_at,
          runnable_since, max_pending, preemptions, preemption_retries, _reason, _position, _borrowed) = row
         index.jobs[job_id] = row

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.core.cache import caches
 from django.db import connection
 
 
@@ -26,6 +27,9 @@ def _test_settings(settings):
     """Tests decide when passes run (tests of the autopass switch turn it back on), and hash passwords fast."""
     settings.QUOTAPORTAL_AUTOPASS = False
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Throttle counters live in the cache: each test starts with its own, never one shared with other runs.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    caches["default"].clear()
 
 
 @pytest.fixture

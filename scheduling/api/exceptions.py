@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import NON_FIELD_ERRORS
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -22,6 +23,10 @@ from scheduling.models import Job
 
 
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response({"detail": f"request body larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)"},
+                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     if isinstance(exc, DjangoValidationError):
         set_rollback()
         if hasattr(exc, "error_dict"):
@@ -38,6 +43,9 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(exc, exceptions.ValidationError):
         response.data = flatten_errors(response.data)
+    elif response is not None and isinstance(exc, exceptions.ParseError):
+        # A body that is not JSON is a 400 like any other: the one shape, not {"detail"}.
+        response.data = {api_settings.NON_FIELD_ERRORS_KEY: [str(exc.detail)]}
     return response
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django_filters import rest_framework as filters
 
 from scheduling.models import Event, EventKind, Job, JobStatus, QuotaShare, State, TrainingPlan
@@ -36,11 +38,23 @@ class JobFilter(filters.FilterSet):
         fields = ["status", "quota_share", "job_queue", "team"]
 
 
+class UtcDateTimeFilter(filters.IsoDateTimeFilter):
+    """An ISO 8601 datetime compared in UTC: ISO allows offsets PostgreSQL refuses (beyond +-15:59)."""
+
+    def filter(self, qs, value):
+        if value is not None:
+            try:
+                value = value.astimezone(UTC)
+            except OverflowError:  # past year 1 or 9999 once in UTC: before or after every event
+                value = (datetime.min if value.year == 1 else datetime.max).replace(tzinfo=UTC)
+        return super().filter(qs, value)
+
+
 class EventFilter(filters.FilterSet):
     job = filters.NumberFilter(field_name="job", help_text="id of the job")
     quota_share = filters.CharFilter(field_name="quota_share__name", help_text="name of the quota share")
     kind = filters.ChoiceFilter(choices=EventKind.choices)
-    since = filters.IsoDateTimeFilter(
+    since = UtcDateTimeFilter(
         field_name="created_at", lookup_expr="gt",
         help_text="ISO 8601 datetime: events created strictly after it, oldest first (for tailing)")
     since_id = filters.NumberFilter(

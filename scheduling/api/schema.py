@@ -21,11 +21,15 @@ ERROR_DESCRIPTIONS = {
     "403": "Signed in, but not allowed to do this.",
     "404": "No such object, or not one you may see.",
     "409": "The object's state does not allow this (e.g. an illegal job transition).",
+    "413": "The request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE.",
+    "415": "The request body is not JSON, form data or multipart.",
+    "429": "Too many requests (API_SUBMIT_RATE for submissions): retry after the Retry-After seconds.",
 }
 
 
 class ApiAutoSchema(AutoSchema):
-    """Adds 400/401/403/404/409 to the responses; a view names its 409 actions in `conflict_actions`."""
+    """Adds 400/401/403/404/409/413/415/429 to the responses; a view names its 409 actions in `conflict_actions`
+    and its throttled ones in `throttled_actions`."""
 
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
@@ -40,6 +44,10 @@ class ApiAutoSchema(AutoSchema):
         conflict_actions = getattr(self.view, "conflict_actions", ())
         if self.method == "DELETE" or getattr(self.view, "action", None) in conflict_actions:
             codes.append("409")
+        if self.method in ("POST", "PATCH"):
+            codes.extend(["413", "415"])
+        if getattr(self.view, "action", None) in getattr(self.view, "throttled_actions", ()):
+            codes.append("429")
         for code in sorted(codes):
             responses.setdefault(code, {
                 "description": ERROR_DESCRIPTIONS[code],
@@ -54,3 +62,21 @@ class ApiAutoSchema(AutoSchema):
             self.registry.register_on_missing(component)
             return component.ref
         return self.resolve_serializer(ErrorSerializer, "response").ref
+
+
+def request_bodies_refuse_unknown_fields(result, generator, request, public):
+    """Request bodies refuse fields they do not name (serializers.RejectUnknownFields): the schema says so."""
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request") and component.get("type") == "object":
+            component["additionalProperties"] = False
+    return result
+
+
+def empty_filters_mean_no_filter(result, generator, request, public):
+    """A list filter sent empty (`?job=`) filters nothing, as django-filter's forms do: the schema says so."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter.get("in") == "query" and parameter.get("name") != "page":
+                    parameter["allowEmptyValue"] = True
+    return result

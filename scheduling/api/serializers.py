@@ -6,6 +6,7 @@ Serializers check shapes and resolve names to rows, naming the field at fault; t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from django.contrib.auth import get_user_model
@@ -30,6 +31,34 @@ from scheduling.models import (
     TrainingPlan,
 )
 
+UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+# --- bodies refuse fields they do not know ---------------------------------------------------------------
+
+
+class RejectUnknownFields:
+    """A write naming a field the body does not have is a 400 naming it, not silently ignored (a typo such
+    as `sheduling_priority` would otherwise submit with the default). Read-only fields are accepted and
+    ignored, so a body read from the API can be sent back; so is the browsable API forms' CSRF token."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields) - {"csrfmiddlewaretoken"})
+            if unknown:
+                known = ", ".join(name for name, field in self.fields.items() if not field.read_only)
+                raise serializers.ValidationError(
+                    {name: [f"unknown field; this body takes {known}"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class StrictSerializer(RejectUnknownFields, serializers.Serializer):
+    pass
+
+
+class StrictModelSerializer(RejectUnknownFields, serializers.ModelSerializer):
+    pass
+
+
 # --- references by name ----------------------------------------------------------------------------------
 
 
@@ -43,6 +72,12 @@ class NameField(serializers.SlugRelatedField):
             **kwargs.get("error_messages", {}),
         }
         super().__init__(slug_field=slug_field, **kwargs)
+
+    def to_internal_value(self, data):
+        # Text PostgreSQL cannot hold (NUL, unpaired surrogates) names nothing: unknown, not a database error.
+        if isinstance(data, str) and UNSTORABLE_TEXT.search(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data.encode("unicode_escape").decode())
+        return super().to_internal_value(data)
 
 
 @extend_schema_field(OpenApiTypes.OBJECT)
@@ -69,9 +104,10 @@ class ShareNamesField(serializers.ListField):
 # --- configuration ---------------------------------------------------------------------------------------
 
 
-class CapacityLimitSerializer(serializers.Serializer):
+class CapacityLimitSerializer(StrictSerializer):
     instance_type = NameField("instance type", queryset=InstanceType.objects.all())
-    max_capacity = serializers.IntegerField(min_value=0)
+    # The upper bound is the database column's: a larger number is a 400, not an integer overflow.
+    max_capacity = serializers.IntegerField(min_value=0, max_value=2_147_483_647)
 
 
 def limit_inputs(data: list[Mapping] | None) -> list[rules.LimitInput] | None:
@@ -80,7 +116,7 @@ def limit_inputs(data: list[Mapping] | None) -> list[rules.LimitInput] | None:
     return [rules.LimitInput(limit["instance_type"], limit["max_capacity"]) for limit in data]
 
 
-class InstanceTypeSerializer(serializers.ModelSerializer):
+class InstanceTypeSerializer(StrictModelSerializer):
     accelerated = serializers.BooleanField(read_only=True, help_text="gpu_count > 0")
 
     class Meta:
@@ -96,7 +132,7 @@ class MemberSerializer(serializers.ModelSerializer):
         fields = ["username", "role"]
 
 
-class TeamSerializer(serializers.ModelSerializer):
+class TeamSerializer(StrictModelSerializer):
     members = MemberSerializer(source="memberships", many=True, read_only=True)
 
     class Meta:
@@ -104,12 +140,12 @@ class TeamSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "slug", "members"]
 
 
-class TeamMemberSerializer(serializers.Serializer):
+class TeamMemberSerializer(StrictSerializer):
     username = NameField("user", slug_field="username", queryset=get_user_model().objects.all())
     role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
 
 
-class ServiceEnvironmentSerializer(serializers.ModelSerializer):
+class ServiceEnvironmentSerializer(StrictModelSerializer):
     capacity_limits = CapacityLimitSerializer(
         many=True, help_text="on-demand instances of each type it may run at once; written whole")
 
@@ -118,7 +154,7 @@ class ServiceEnvironmentSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "state", "executor", "capacity_limits"]
 
 
-class JobQueueSerializer(serializers.ModelSerializer):
+class JobQueueSerializer(StrictModelSerializer):
     service_environment = NameField(
         "service environment", queryset=ServiceEnvironment.objects.all(),
         validators=[UniqueValidator(queryset=JobQueue.objects.all(),
@@ -129,7 +165,7 @@ class JobQueueSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "priority", "state", "service_environment", "ordering"]
 
 
-class QuotaShareSerializer(serializers.ModelSerializer):
+class QuotaShareSerializer(StrictModelSerializer):
     job_queue = NameField("job queue", queryset=JobQueue.objects.all())
     team = NameField("team", slug_field="slug", queryset=Team.objects.all())
     capacity_limits = CapacityLimitSerializer(
@@ -143,7 +179,7 @@ class QuotaShareSerializer(serializers.ModelSerializer):
         validators = []
 
 
-class TrainingPlanSerializer(serializers.ModelSerializer):
+class TrainingPlanSerializer(StrictModelSerializer):
     job_queue = NameField("job queue", queryset=JobQueue.objects.all())
     instance_type = NameField("instance type", queryset=InstanceType.objects.all())
     quota_shares = ShareNamesField(
@@ -180,7 +216,7 @@ class TrainingPlanSerializer(serializers.ModelSerializer):
 # --- jobs ------------------------------------------------------------------------------------------------
 
 
-class PreferenceSerializer(serializers.Serializer):
+class PreferenceSerializer(StrictSerializer):
     instance_type = NameField("instance type", queryset=InstanceType.objects.all())
     instance_count = serializers.IntegerField(min_value=1)
     training_plan = NameField(
@@ -197,7 +233,7 @@ class AttemptSerializer(serializers.ModelSerializer):
         fields = ["instance_type", "training_plan", "scheduled_at", "stopped_at", "status_reason"]
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(StrictModelSerializer):
     """A job as SPEC section 1 lists it; the writable fields are the submission."""
 
     job_queue = NameField("job queue", queryset=JobQueue.objects.select_related("service_environment"))
@@ -261,11 +297,11 @@ class JobPriorityUpdateSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-class JobCancelSerializer(serializers.Serializer):
+class JobCancelSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
-class JobReportSerializer(serializers.Serializer):
+class JobReportSerializer(StrictSerializer):
     status = serializers.ChoiceField(choices=[status.value for status in services.REPORTABLE_STATUSES])
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 

@@ -26,6 +26,7 @@ from scheduling.api.permissions import (
     sees_all_jobs,
 )
 from scheduling.api.schema import ApiAutoSchema
+from scheduling.api.throttling import SubmissionRateThrottle
 from scheduling.models import (
     PLACED_STATUSES,
     EnvironmentCapacity,
@@ -50,6 +51,8 @@ SNAPSHOT_JOBS = 100
 
 class ApiViewSet(viewsets.GenericViewSet):
     schema = ApiAutoSchema()
+    # Any id segment reaches the view, so `/jobs/1.5/` is the API's JSON 404, not the site's HTML one.
+    lookup_value_regex = "[^/]+"
     # PATCH changes what it names; there is no PUT.
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     conflict_actions: tuple[str, ...] = ()
@@ -255,7 +258,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     filterset_class = JobFilter
     permission_classes = [IsAuthenticated]
     conflict_actions = ("partial_update", "cancel", "report")
+    throttled_actions = ("create",)
     http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_throttles(self):
+        if self.action in self.throttled_actions:
+            return [SubmissionRateThrottle()]
+        return super().get_throttles()
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator has no user

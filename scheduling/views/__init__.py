@@ -1,0 +1,6 @@
+"""The server-rendered pages (SPEC section 6): thin views that read through selectors and write through
+services.
+
+Each live page renders whole for a plain request, and only the fragment htmx asked for (by its target)
+otherwise.
+"""

@@ -1,0 +1,261 @@
+"""The administration pages: every change goes through the configuration services (rules, audit)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduling.models import (
+    Event,
+    EventKind,
+    InstanceType,
+    JobQueue,
+    QuotaShare,
+    ServiceEnvironment,
+    TrainingPlan,
+)
+from tests.factories import ServiceEnvironmentFactory
+from tests.pages.conftest import G5, P4, P5, htmx_headers
+
+pytestmark = pytest.mark.django_db
+
+
+def type_ids():
+    return {t.name: t.pk for t in InstanceType.objects.all()}
+
+
+def share_data(world, *, name="audio", limits=None, **fields):
+    ids = type_ids()
+    data = {
+        "name": name,
+        "job_queue": world.queue.pk,
+        "team": world.team_nlp.pk,
+        "strategy": "LEND",
+        "borrow_limit": -1,
+        "state": "ENABLED",
+    }
+    for type_name, maximum in (limits or {}).items():
+        data[f"limit_{ids[type_name]}"] = maximum
+    data.update(fields)
+    return data
+
+
+def audits(obj) -> list[str]:
+    return list(
+        Event.objects.filter(
+            kind=EventKind.CONFIG_CHANGED, data__id=obj.pk, data__object=obj._meta.label
+        ).values_list("data__action", flat=True)
+    )
+
+
+def test_queue_list_and_create_and_edit_are_audited(world, client_for):
+    client = client_for(world.admin)
+    assert "training" in client.get(reverse("manage_queues")).content.decode()
+    spare = ServiceEnvironmentFactory(name="spare-fleet")
+    response = client.post(
+        reverse("manage_queue_new"),
+        {
+            "name": "inference",
+            "priority": 10,
+            "state": "ENABLED",
+            "service_environment": spare.pk,
+            "ordering": "STRICT_FIFO",
+        },
+    )
+    assert response.status_code == 302
+    queue = JobQueue.objects.get(name="inference")
+    client.post(
+        reverse("manage_queue_edit", args=[queue.pk]),
+        {
+            "name": "inference",
+            "priority": 20,
+            "state": "DISABLED",
+            "service_environment": spare.pk,
+            "ordering": "STRICT_FIFO",
+        },
+    )
+    queue.refresh_from_db()
+    assert (queue.priority, queue.state) == (20, "DISABLED")
+    assert audits(queue) == ["changed", "created"]
+
+
+def test_queue_form_offers_only_environments_no_other_queue_uses(world, client_for):
+    ServiceEnvironmentFactory(name="spare-fleet")
+    html = client_for(world.admin).get(reverse("manage_queue_new")).content.decode()
+    assert "spare-fleet" in html and "gpu-fleet" not in html
+
+
+def test_environment_capacity_below_the_share_limits_is_refused_next_to_the_field(world, client_for):
+    environment = world.queue.service_environment
+    ids = type_ids()
+    data = {
+        "name": environment.name,
+        "state": "ENABLED",
+        "executor": environment.executor,
+        f"capacity_{ids[P5]}": 8,
+        f"capacity_{ids[P4]}": 10,
+        f"capacity_{ids[G5]}": 24,
+    }
+    response = client_for(world.admin).post(reverse("manage_environment_edit", args=[environment.pk]), data)
+    html = response.content.decode()
+    assert response.status_code == 200
+    slot = html[html.index('id="errors-capacity_limits"') :]
+    assert "ml.p4d.24xlarge: the shares of queue training hold limits totalling 14" in slot[:400]
+    assert environment.capacity_limits.get(instance_type__name=P4).max_capacity == 16
+    data[f"capacity_{ids[P4]}"] = 20
+    assert (
+        client_for(world.admin)
+        .post(reverse("manage_environment_edit", args=[environment.pk]), data)
+        .status_code
+        == 302
+    )
+    assert environment.capacity_limits.get(instance_type__name=P4).max_capacity == 20
+    assert audits(environment) == ["changed"]
+
+
+def test_environment_page_shows_what_the_shares_hold(world, client_for):
+    environment = world.queue.service_environment
+    html = (
+        client_for(world.admin)
+        .get(reverse("manage_environment_edit", args=[environment.pk]))
+        .content.decode()
+    )
+    assert "Held by the shares of queue training" in html and '<td class="num">14</td>' in html
+
+
+def test_creating_a_share_over_capacity_is_refused_with_the_rules_message(world, client_for):
+    client = client_for(world.admin)
+    response = client.post(reverse("manage_share_new"), share_data(world, limits={P4: 3}))
+    html = response.content.decode()
+    assert response.status_code == 200 and not QuotaShare.objects.filter(name="audio").exists()
+    slot = html[html.index('id="errors-capacity_limits"') :]  # next to the limits, not at the top of the form
+    assert "ml.p4d.24xlarge: limits would total 17 but the environment has 16" in slot[:400]
+    response = client.post(reverse("manage_share_new"), share_data(world, limits={P4: 2, G5: 8}))
+    assert response.status_code == 302
+    share = QuotaShare.objects.get(name="audio")
+    assert {limit.instance_type.name: limit.max_capacity for limit in share.capacity_limits.all()} == {
+        P4: 2,
+        G5: 8,
+    }
+    assert audits(share) == ["created"]
+
+
+def test_share_form_shows_the_sum_of_limits_against_capacity_live(world, client_for):
+    client = client_for(world.admin)
+    page = client.get(reverse("manage_share_edit", args=[world.nlp.pk])).content.decode()
+    assert 'hx-post="' + reverse("manage_share_edit_check", args=[world.nlp.pk]) + '"' in page
+    assert "Sum of limits against the capacity" in page
+    live = client.post(
+        reverse("manage_share_edit_check", args=[world.nlp.pk]),
+        share_data(world, name="nlp", strategy="RESERVE", limits={P5: 4, P4: 8}),
+        headers=htmx_headers("limit-sums"),
+    ).content.decode()
+    assert "<html" not in live and "over by 2" in live  # P4: others 10 + 8 = 18 of 16
+    assert "ml.p4d.24xlarge: limits would total 18 but the environment has 16" in live
+    assert 'id="errors-borrow_limit" hx-swap-oob="true"></ul>' in live
+    fine = client.post(
+        reverse("manage_share_edit_check", args=[world.nlp.pk]),
+        share_data(world, name="nlp", strategy="RESERVE", limits={P5: 4, P4: 6}),
+        headers=htmx_headers("limit-sums"),
+    ).content.decode()
+    assert "over by" not in fine and "limits would total" not in fine
+
+
+def test_share_live_check_names_a_borrow_limit_that_needs_lend_and_borrow(world, client_for):
+    live = (
+        client_for(world.admin)
+        .post(
+            reverse("manage_share_check"),
+            share_data(world, limits={G5: 2}, borrow_limit=50),
+            headers=htmx_headers("limit-sums"),
+        )
+        .content.decode()
+    )
+    slot = live[live.index('id="errors-borrow_limit"') :]
+    assert "borrow_limit applies only to LEND_AND_BORROW shares" in slot[:300]
+
+
+def test_editing_a_share_goes_through_the_service_and_is_audited(world, client_for):
+    response = client_for(world.admin).post(
+        reverse("manage_share_edit", args=[world.vision.pk]),
+        share_data(
+            world,
+            name="vision",
+            team=world.team_vision.pk,
+            strategy="LEND_AND_BORROW",
+            borrow_limit=50,
+            limits={P4: 6, G5: 6},
+        ),
+    )
+    assert response.status_code == 302
+    world.vision.refresh_from_db()
+    assert world.vision.borrow_limit == 50
+    event = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, quota_share=world.vision).get()
+    assert event.actor == world.admin and event.data["after"]["capacity_limits"] == {P4: 6, G5: 6}
+
+
+def test_training_plans_are_drawn_on_a_timeline_and_created_through_the_service(world, client_for):
+    client = client_for(world.admin)
+    html = client.get(reverse("manage_plans")).content.decode()
+    assert "nlp-p5-december" in html and 'class="plan plan-active"' in html and 'class="now"' in html
+    start = timezone.now() + timedelta(days=2)
+    response = client.post(
+        reverse("manage_plan_new"),
+        {
+            "name": "jan-p4",
+            "job_queue": world.queue.pk,
+            "instance_type": type_ids()[P4],
+            "instance_count": 2,
+            "start_time": start.strftime("%Y-%m-%dT%H:%M"),
+            "end_time": (start + timedelta(days=5)).strftime("%Y-%m-%dT%H:%M"),
+            "quota_shares": [world.vision.pk],
+        },
+    )
+    assert response.status_code == 302
+    plan = TrainingPlan.objects.get(name="jan-p4")
+    assert list(plan.quota_shares.all()) == [world.vision] and audits(plan) == ["created"]
+    assert 'class="plan plan-scheduled"' in client.get(reverse("manage_plans")).content.decode()
+
+
+def test_a_plan_that_ends_before_it_starts_is_refused(world, client_for):
+    start = timezone.now() + timedelta(days=2)
+    response = client_for(world.admin).post(
+        reverse("manage_plan_edit", args=[world.plan.pk]),
+        {
+            "name": world.plan.name,
+            "job_queue": world.queue.pk,
+            "instance_type": type_ids()[P5],
+            "instance_count": 4,
+            "start_time": start.strftime("%Y-%m-%dT%H:%M"),
+            "end_time": start.strftime("%Y-%m-%dT%H:%M"),
+        },
+    )
+    assert response.status_code == 200 and "end_time must be after start_time" in response.content.decode()
+
+
+def test_administration_pages_keep_their_query_budgets(world, client_for, django_assert_max_num_queries):
+    client = client_for(world.admin)
+    environment = ServiceEnvironment.objects.get(name="gpu-fleet")
+    budgets = [
+        (reverse("manage_queues"), 3),
+        (reverse("manage_queue_edit", args=[world.queue.pk]), 6),
+        (reverse("manage_environments"), 4),
+        (reverse("manage_environment_edit", args=[environment.pk]), 7),
+        (reverse("manage_shares"), 4),
+        (reverse("manage_share_edit", args=[world.nlp.pk]), 10),
+        (reverse("manage_share_new"), 6),
+        (reverse("manage_plans"), 5),
+        (reverse("manage_plan_edit", args=[world.plan.pk]), 8),
+    ]
+    for url, budget in budgets:
+        with django_assert_max_num_queries(budget, info=url):
+            assert client.get(url).status_code == 200
+    with django_assert_max_num_queries(14):
+        client.post(
+            reverse("manage_share_edit_check", args=[world.nlp.pk]),
+            share_data(world, name="nlp", strategy="RESERVE", limits={P5: 4, P4: 8}),
+            headers=htmx_headers("limit-sums"),
+        )
