@@ -180,6 +180,46 @@ def user_team_role(user: AbstractBaseUser, team_id: int) -> str | None:
     return Membership.objects.filter(user=user, team_id=team_id).values_list("role", flat=True).first()
 
 
+def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission, now=None) -> Job:
+    """Check a submission against every rule of SPEC section 4 and return the unsaved job; writes nothing.
+
+    Raises NotAllowed for another team's share, and one ValidationError naming every field at fault.
+    """
+    share = submission.quota_share
+    if not user.is_staff and user_team_role(user, share.team_id) is None:
+        raise NotAllowed(f"you are not a member of team {share.team.name}, which owns share {share.name}")
+    now = now or timezone.now()
+    job = Job(
+        name=submission.name, job_queue=submission.job_queue, quota_share=share, team_id=share.team_id,
+        submitted_by=user, scheduling_priority=submission.scheduling_priority,
+        retry_attempts=submission.retry_attempts,
+        preemption_retries_before_termination=submission.preemption_retries_before_termination,
+        max_pending_seconds=submission.max_pending_seconds, duration_seconds=submission.duration_seconds,
+        payload=submission.payload, client_token=submission.client_token or None,
+        created_at=now, runnable_since=now, status_reason="waiting for the next scheduling pass",
+    )
+    errors: dict[str, list[str]] = {}
+    checks = (
+        lambda: rules.validate_job_target(job_queue=submission.job_queue, quota_share=share),
+        lambda: rules.validate_preferences(job_queue=submission.job_queue, quota_share=share,
+                                           entries=submission.instance_preferences, now=now),
+        lambda: rules.validate_payload(submission.payload),
+        # Field validators only: the database constraints stay the backstop (checking them here costs a
+        # query each), and client_token races are settled by the unique constraint below.
+        lambda: job.full_clean(exclude=["job_queue", "quota_share", "team", "submitted_by", "payload"],
+                               validate_unique=False, validate_constraints=False),
+    )
+    for check in checks:
+        try:
+            check()
+        except ValidationError as exc:
+            for key, messages in exc.message_dict.items():
+                errors.setdefault(key, []).extend(messages)
+    if errors:
+        raise ValidationError(errors)
+    return job
+
+
 def job_submit(*, user: AbstractBaseUser, submission: JobSubmission) -> tuple[Job, bool]:
     """Validate a submission whole and create the job with its preference list; (job, created).
 
@@ -190,36 +230,9 @@ def job_submit(*, user: AbstractBaseUser, submission: JobSubmission) -> tuple[Jo
         existing = Job.objects.filter(submitted_by=user, client_token=submission.client_token).first()
         if existing is not None:
             return existing, False
-    share = submission.quota_share
-    if not user.is_staff and user_team_role(user, share.team_id) is None:
-        raise NotAllowed(f"you are not a member of team {share.team.name}, which owns share {share.name}")
     now = timezone.now()
-    job = Job(
-        name=submission.name, job_queue=submission.job_queue, quota_share=share, team_id=share.team_id,
-        submitted_by=user, scheduling_priority=submission.scheduling_priority,
-        retry_attempts=submission.retry_attempts,
-        preemption_retries_before_termination=submission.preemption_retries_before_termination,
-        max_pending_seconds=submission.max_pending_seconds, duration_seconds=submission.duration_seconds,
-        payload=submission.payload, client_token=submission.client_token or None,
-        created_at=now, runnable_since=now, status_reason="waiting for the next scheduling pass",
-    )
-    # Every rule is checked before anything is written, and every failure is reported at once.
-    errors: dict[str, list[str]] = {}
-    checks = (
-        lambda: rules.validate_job_target(job_queue=submission.job_queue, quota_share=share),
-        lambda: rules.validate_preferences(job_queue=submission.job_queue, quota_share=share,
-                                           entries=submission.instance_preferences, now=now),
-        lambda: rules.validate_payload(submission.payload),
-        lambda: job.full_clean(exclude=["job_queue", "quota_share", "team", "submitted_by", "payload"]),
-    )
-    for check in checks:
-        try:
-            check()
-        except ValidationError as exc:
-            for key, messages in exc.message_dict.items():
-                errors.setdefault(key, []).extend(messages)
-    if errors:
-        raise ValidationError(errors)
+    job = job_submission_validate(user=user, submission=submission, now=now)
+    share = submission.quota_share
     try:
         with transaction.atomic():
             job.save()

@@ -10,12 +10,11 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from scheduling import forms as f
-from scheduling import rules, selectors, services
-from scheduling.errors import DomainError
+from scheduling import selectors, services
+from scheduling.errors import DomainError, NotAllowed
 from scheduling.views.common import htmx_target, page, refresh_seconds, viewer
 
 # --- the list -----------------------------------------------------------------------------------------------
@@ -69,19 +68,10 @@ def _check_submission(request, form, formset):
         return None
     submission, rows = built
     try:
-        if (
-            not request.user.is_staff
-            and services.user_team_role(request.user, submission.quota_share.team_id) is None
-        ):
-            raise ValidationError({"quota_share": ["you are not a member of the team that owns this share"]})
-        rules.validate_job_target(job_queue=submission.job_queue, quota_share=submission.quota_share)
-        rules.validate_preferences(
-            job_queue=submission.job_queue,
-            quota_share=submission.quota_share,
-            entries=submission.instance_preferences,
-            now=timezone.now(),
-        )
-        rules.validate_payload(submission.payload)
+        services.job_submission_validate(user=request.user, submission=submission)
+    except NotAllowed as exc:
+        form.add_error("quota_share", exc.message)
+        return None
     except ValidationError as exc:
         f.add_submission_errors(form, formset, exc, rows)
         return None
