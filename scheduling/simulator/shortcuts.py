@@ -1,0 +1,405 @@
+"""Exact shortcuts: cheaper passes that decide exactly what the engine decides on the whole queue.
+
+The engine's pass costs time for every job in the snapshot: each placed job when it builds its working state,
+each RUNNABLE job when it orders, tries and explains it. A two-week Philly replay makes some 20,000 passes
+over hundreds of placed and up to thousands of waiting jobs, so the replay gives the unchanged engine a
+smaller snapshot that provably leads to the same admissions, preemptions, drains and timeouts, and falls back
+to the whole snapshot whenever it cannot prove it. `simulate(..., verify_shortcuts=True)` runs the whole
+snapshot as well after every pass and raises on any difference; the tests do that on real trace slices.
+
+1. **Placed jobs, one per share and type.** The on-demand jobs a share holds on a type are given to the engine
+   as one placeholder job holding their sum, at their lowest priority. Fits read only the sums, so a pass that
+   preempts nobody decides the same. A pass that preempts anybody (or names a placeholder) is run again on the
+   real jobs: with placeholders a victim search can only find more room than with the real jobs (a placeholder
+   frees its whole sum where the real jobs free part of it), so when it finds none, the real search finds
+   none.
+   Jobs on training plans stay real (drains name them).
+2. **Waiting jobs, the first few of each group.** RUNNABLE jobs of one share with the same preference list and
+   priority form a group; the engine gets the first `k` of each group in queue order, plus every job due to
+   time out. With no preemption in the pass, capacity only fills up while it runs and every fit rule is
+   monotone in usage, so once a group's k-th job was tried and not placed, every later job of the group fails
+   too, without side effects, unless it could preempt: that needs in-share victims of lower priority, or
+   reclaim, which needs its share to have room under its own limit when it is tried while some share is over
+   its limit with jobs placed before the pass. `k` is one more than the jobs of the group that can be placed
+   at most: per entry, the room left under the share's ceiling and in lendable capacity (invariants B, C) or on
+   the plan, divided by the entry's count. When the k-th job was placed anyway, or a later job could preempt,
+   the pass is run again with more of that group (or on the whole snapshot). Under STRICT_FIFO a share's
+   queue is one group: everything behind a job that was not placed is held anyway.
+   A group whose share is already over its ceiling on every entry (RESERVE or LEND at its limit, or
+   LEND_AND_BORROW at its borrow limit), with no in-share preemption, is left out entirely: in a pass that
+   preempts nobody its share's usage only grows, so none of its jobs can be placed, nor reclaim (which needs
+   the share to end within its own limit). Jobs of a disabled share are never tried.
+3. **A pass that preempts** is run again with the real jobs of every holding a victim may come from: shares
+   over their limit on the type (reclaim) and shares with in-share preemption; the other holdings stay summed
+   (no victim is ever taken from a share within its limit without in-share preemption). All waiting jobs are
+   given, but those of RESERVE and LEND shares held at their limit: such a share is never over its limit, so
+   never loses a job to reclaim, and its usage only grows. The decisions are kept unless a summed holding went
+   over its limit in the pass (its jobs became reclaimable) or a placeholder was named; then the whole
+   snapshot decides.
+4. **Passes that cannot decide anything are skipped** (see `simulation`): after a pass that decided nothing,
+   a new job whose group (share, preference list, priority) was waiting then fails just as that group did; a
+   capacity release on a type matters only to groups with an entry on it that are not held at their share's
+   own limit (a RESERVE or LEND share without in-share preemption at its limit can neither fit nor preempt).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from scheduling.engine import Decisions, Entry, Job, JobStatus, Placement, Plan, Share, Strategy
+from scheduling.engine.capacity import share_ceiling
+from scheduling.engine.order import queue_key
+
+GROWTH = 4
+MAX_ATTEMPTS = 4
+
+GroupKey = tuple[int, Hashable]  # (share id, key within the share)
+
+
+def saturation_key(job: Job) -> tuple[int, tuple[Entry, ...], int]:
+    """Jobs that fit, fail and preempt alike: same share, preference list and priority."""
+    return (job.share_id, job.entries, job.priority)
+
+
+class RunnableGroups:
+    """The RUNNABLE jobs of each share, grouped, each group in queue order (SPEC 3.2)."""
+
+    def __init__(self, *, strict_fifo: bool):
+        self.strict_fifo = strict_fifo
+        self.groups: dict[GroupKey, list[tuple[tuple, int]]] = {}
+
+    def key(self, job: Job) -> GroupKey:
+        return (job.share_id, None) if self.strict_fifo else (job.share_id, (job.entries, job.priority))
+
+    def add(self, job: Job) -> None:
+        insort(self.groups.setdefault(self.key(job), []), (queue_key(job), job.id))
+
+    def remove(self, job: Job) -> None:
+        key = self.key(job)
+        members = self.groups[key]
+        del members[bisect_left(members, (queue_key(job), job.id))]
+        if not members:
+            del self.groups[key]
+
+    def items(self) -> Iterator[tuple[GroupKey, list[tuple[tuple, int]]]]:
+        return iter(self.groups.items())
+
+
+class PlacedJobs:
+    """The placed jobs: on-demand ones by (share, type) with their sum, so a pass can see them summed."""
+
+    def __init__(self):
+        self.on_demand: dict[tuple[int, str], dict[int, int]] = {}  # (share, type) -> job id -> priority
+        self.usage: dict[tuple[int, str], int] = {}  # (share, type) -> instances
+        self.on_plans: dict[int, None] = {}
+        self.plan_usage: dict[str, int] = {}  # plan -> instances
+
+    def add(self, job: Job) -> None:
+        placement = job.placement
+        if placement.training_plan is not None:
+            self.on_plans[job.id] = None
+            plan = placement.training_plan
+            self.plan_usage[plan] = self.plan_usage.get(plan, 0) + placement.instance_count
+            return
+        key = (job.share_id, placement.instance_type)
+        self.on_demand.setdefault(key, {})[job.id] = job.priority
+        self.usage[key] = self.usage.get(key, 0) + placement.instance_count
+
+    def remove(self, job: Job) -> None:
+        placement = job.placement
+        if placement.training_plan is not None:
+            del self.on_plans[job.id]
+            self.plan_usage[placement.training_plan] -= placement.instance_count
+            return
+        key = (job.share_id, placement.instance_type)
+        holding = self.on_demand[key]
+        del holding[job.id]
+        self.usage[key] -= placement.instance_count
+        if not holding:
+            del self.on_demand[key]
+            del self.usage[key]
+
+
+@dataclass
+class ReducedSnapshotJobs:
+    jobs: list[Job]
+    last_taken: dict[GroupKey, int]  # groups cut short -> id of the last job given to the engine
+    usage: dict[tuple[int, str], int]  # on-demand instances per (share, type) before the pass
+    lowest_priority: dict[tuple[int, str], int]  # of the jobs placed on demand per (share, type)
+
+
+class Reducer:
+    """Builds the reduced job list of a pass and judges whether the engine's decisions on it are exact."""
+
+    def __init__(
+        self, *, shares: Mapping[int, Share], capacity: Mapping[str, int], plans: Iterable[Plan], epoch: datetime
+    ):
+        self.shares = shares
+        self.capacity = capacity
+        self.plan_counts = {plan.name: plan.instance_count for plan in plans}
+        self.epoch = epoch
+        self._placeholders: dict[tuple[int, str, int, int], Job] = {}
+        self._ids: dict[tuple[int, str], int] = {}
+
+    def placeholder(self, share_id: int, instance_type: str, count: int, priority: int) -> Job:
+        key = (share_id, instance_type, count, priority)
+        job = self._placeholders.get(key)
+        if job is None:
+            job_id = self._ids.setdefault((share_id, instance_type), -1 - len(self._ids))
+            job = self._placeholders[key] = Job(
+                id=job_id,
+                share_id=share_id,
+                priority=priority,
+                submitted_at=self.epoch,
+                entries=(Entry(instance_type, count),),
+                status=JobStatus.RUNNING,
+                placement=Placement(instance_type, count, None, self.epoch),
+            )
+        return job
+
+    def jobs(
+        self,
+        *,
+        unfinished: Mapping[int, Job],
+        placed: PlacedJobs,
+        groups: RunnableGroups,
+        due: set[int],
+        takes: Mapping[GroupKey, int],
+    ) -> ReducedSnapshotJobs:
+        jobs: list[Job] = []
+        lowest_priority: dict[tuple[int, str], int] = {}
+        for key, holding in placed.on_demand.items():
+            share_id, instance_type = key
+            lowest = 0
+            # Only in-share preemption reads a victim's priority without also reading the real jobs.
+            if self.shares[share_id].in_share_preemption:
+                lowest = lowest_priority[key] = min(holding.values())
+            jobs.append(self.placeholder(share_id, instance_type, placed.usage[key], lowest))
+        jobs.extend(unfinished[job_id] for job_id in placed.on_plans)
+        last_taken: dict[GroupKey, int] = {}
+        room = self.room_in(placed)
+        for key, members in groups.items():
+            first = unfinished[members[0][1]]
+            if key not in takes and self.held_at_ceiling(first, placed.usage):
+                continue
+            take = takes.get(key) or 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
+            taken: list[int] = []
+            for index, (_, job_id) in enumerate(members):
+                if job_id in due:
+                    continue  # added below; it times out instead of being tried
+                if len(taken) == take:
+                    if any(other not in due for _, other in members[index:]):
+                        last_taken[key] = taken[-1]
+                    break
+                jobs.append(unfinished[job_id])
+                taken.append(job_id)
+        jobs.extend(unfinished[job_id] for job_id in due)
+        return ReducedSnapshotJobs(
+            jobs=jobs, last_taken=last_taken, usage=dict(placed.usage), lowest_priority=lowest_priority
+        )
+
+    def most_placed(self, first: Job, room, *, strict_fifo: bool) -> int:
+        """How many jobs of `first`'s group a pass that preempts nobody can place at most. A group is one
+        preference list, so per entry its room over its count; under STRICT_FIFO it is a whole share queue of
+        any lists, and each placement takes at least one instance of the room on some type or plan."""
+        if not strict_fifo:
+            return sum(room(first.share_id, entry) // entry.instance_count for entry in first.entries)
+        on_demand = sum(room(first.share_id, Entry(instance_type, 1)) for instance_type in self.capacity)
+        on_plans = sum(room(first.share_id, Entry("", 1, plan)) for plan in self.plan_counts)
+        return on_demand + on_plans
+
+    def room_in(self, placed: PlacedJobs):
+        """room(share, entry): an upper bound on the instances the share can still place on the entry in a pass
+        that preempts nobody; each placement on the entry takes at least its count from it."""
+        committed: dict[str, int] = {}
+        for share in self.shares.values():
+            for instance_type, limit in share.limits.items():
+                reserved = limit if share.strategy == Strategy.RESERVE else 0
+                used = placed.usage.get((share.id, instance_type), 0)
+                committed[instance_type] = committed.get(instance_type, 0) + max(used, reserved)
+        for (share_id, instance_type), used in placed.usage.items():
+            if instance_type not in self.shares[share_id].limits:
+                committed[instance_type] = committed.get(instance_type, 0) + used
+        rooms: dict[tuple[int, str, str | None], int] = {}
+
+        def room(share_id: int, entry: Entry) -> int:
+            key = (share_id, entry.instance_type, entry.training_plan)
+            found = rooms.get(key)
+            if found is None:
+                found = rooms[key] = max(0, self._room(share_id, entry, placed, committed))
+            return found
+
+        return room
+
+    def _room(self, share_id: int, entry: Entry, placed: PlacedJobs, committed: Mapping[str, int]) -> int:
+        if entry.training_plan is not None:
+            return self.plan_counts.get(entry.training_plan, 0) - placed.plan_usage.get(entry.training_plan, 0)
+        share = self.shares[share_id]
+        instance_type = entry.instance_type
+        used = placed.usage.get((share_id, instance_type), 0)
+        limit = share.limits.get(instance_type, 0)
+        reserved = limit if share.strategy == Strategy.RESERVE else 0
+        # Invariant B: placing within a RESERVE share's own limit commits nothing more.
+        lendable = self.capacity.get(instance_type, 0) - committed.get(instance_type, 0) + max(0, reserved - used)
+        ceiling = share_ceiling(share, limit)
+        return lendable if ceiling is None else min(lendable, ceiling - used)
+
+    def jobs_for_preemption(
+        self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups, due: set[int]
+    ) -> tuple[list[Job], set[tuple[int, str]]]:
+        """A pass that preempts (point 3): the jobs, and the (share, type) holdings given as placeholders."""
+        jobs: list[Job] = []
+        summed: set[tuple[int, str]] = set()
+        for key, holding in placed.on_demand.items():
+            share_id, instance_type = key
+            share = self.shares[share_id]
+            if share.in_share_preemption or placed.usage[key] > share.limits.get(instance_type, 0):
+                jobs.extend(unfinished[job_id] for job_id in holding)
+            else:
+                summed.add(key)
+                jobs.append(self.placeholder(share_id, instance_type, placed.usage[key], 0))
+        jobs.extend(unfinished[job_id] for job_id in placed.on_plans)
+        included = set(due)
+        for _, members in groups.items():
+            first = unfinished[members[0][1]]
+            if self.shares[first.share_id].strategy != Strategy.LEND_AND_BORROW and self.held_at_ceiling(
+                first, placed.usage
+            ):
+                continue
+            included.update(job_id for _, job_id in members)
+        jobs.extend(unfinished[job_id] for job_id in included)
+        return jobs, summed
+
+    @staticmethod
+    def preemption_verdict(decisions: Decisions, summed: set[tuple[int, str]]) -> bool:
+        """Exact unless a placeholder was named or a summed holding went over its limit (so became reclaimable)."""
+        if any(p.job_id < 0 for p in decisions.preemptions) or any(d.job_id < 0 for d in decisions.drains):
+            return False
+        return not any(
+            admission.borrowed and (admission.share_id, admission.instance_type) in summed
+            for admission in decisions.admissions
+            if admission.training_plan is None
+        )
+
+    def held_at_ceiling(self, job: Job, usage: Mapping[tuple[int, str], int]) -> bool:
+        """No job of this group can be placed or preempt in a pass that preempts nobody: every entry is on
+        demand, over the share's ceiling already (usage only grows), and the share has no in-share preemption.
+        Such a job could not reclaim either: reclaim needs the share to end within its own limit."""
+        share = self.shares[job.share_id]
+        if not share.enabled:
+            return True
+        if share.in_share_preemption:
+            return False
+        for entry in job.entries:
+            if entry.training_plan is not None:
+                return False
+            ceiling = share_ceiling(share, share.limits.get(entry.instance_type, 0))
+            if (
+                ceiling is None
+                or usage.get((share.id, entry.instance_type), 0) + entry.instance_count <= ceiling
+            ):
+                return False
+        return True
+
+    def verdict(
+        self,
+        decisions: Decisions,
+        reduced: ReducedSnapshotJobs,
+        *,
+        unfinished: Mapping[int, Job],
+        groups: RunnableGroups,
+    ) -> tuple[bool, dict[GroupKey, int] | None]:
+        """(exact, takes): exact when the decisions are those of the whole snapshot; else the groups to widen,
+        or None to run the whole snapshot."""
+        if decisions.preemptions or any(drain.job_id < 0 for drain in decisions.drains):
+            return False, None
+        if not reduced.last_taken:
+            return True, {}
+        placed_now = {admission.job_id for admission in decisions.admissions}
+        usage_after = dict(reduced.usage)
+        admitted_by_share: dict[int, list[tuple[tuple, str, int]]] = {}
+        for admission in decisions.admissions:
+            if admission.training_plan is None:
+                key = (admission.share_id, admission.instance_type)
+                usage_after[key] = usage_after.get(key, 0) + admission.instance_count
+                admitted_by_share.setdefault(admission.share_id, []).append(
+                    (
+                        queue_key(unfinished[admission.job_id]),
+                        admission.instance_type,
+                        admission.instance_count,
+                    )
+                )
+        reclaimable_types = {
+            instance_type
+            for (share_id, instance_type), used in usage_after.items()
+            if used > self.shares[share_id].limits.get(instance_type, 0)
+            and reduced.usage.get((share_id, instance_type), 0) > 0
+        }
+        widen: dict[GroupKey, int] = {}
+        for key, last_id in reduced.last_taken.items():
+            share_id = key[0]
+            share = self.shares[share_id]
+            if not share.enabled:
+                continue
+            members = groups.groups[key]
+            if last_id in placed_now:
+                taken = 1 + next(i for i, (_, job_id) in enumerate(members) if job_id == last_id)
+                widen[key] = taken * GROWTH
+                continue
+            if groups.strict_fifo:
+                continue
+            last = unfinished[last_id]
+            if self._later_could_preempt(
+                last,
+                share,
+                reclaimable_types,
+                reduced.usage,
+                admitted_by_share.get(share_id, ()),
+                reduced.lowest_priority,
+            ):
+                widen[key] = len(members)
+        return (not widen), widen
+
+    @staticmethod
+    def _later_could_preempt(
+        last, share, reclaimable_types, usage_before, admitted, in_share_priorities
+    ) -> bool:
+        """Could a job of `last`'s group tried after it preempt anyone (see the module docstring, point 2)?"""
+        position = queue_key(last)
+        for entry in last.entries:
+            if entry.training_plan is not None:
+                continue
+            instance_type = entry.instance_type
+            lowest = in_share_priorities.get((share.id, instance_type))
+            if share.in_share_preemption and lowest is not None and lowest < last.priority:
+                return True
+            if instance_type in reclaimable_types:
+                used = usage_before.get((share.id, instance_type), 0) + sum(
+                    count for key, type_, count in admitted if type_ == instance_type and key < position
+                )
+                if used + entry.instance_count <= share.limits.get(instance_type, 0):
+                    return True
+        return False
+
+
+def same_decisions(left: Decisions, right: Decisions) -> str | None:
+    """None when two passes decided the same; else what differs (for `verify_shortcuts`)."""
+    views = (
+        (
+            "admissions",
+            lambda d: [
+                (a.job_id, a.entry_index, a.instance_type, a.instance_count, a.training_plan, a.borrowed)
+                for a in d.admissions
+            ],
+        ),
+        ("preemptions", lambda d: [(p.job_id, p.kind, p.preemptor_job_id, p.fails) for p in d.preemptions]),
+        ("drains", lambda d: [d_.job_id for d_ in d.drains]),
+        ("timeouts", lambda d: sorted(t.job_id for t in d.timeouts)),
+    )
+    for name, view in views:
+        if view(left) != view(right):
+            return f"{name}: {view(left)} != {view(right)}"
+    return None

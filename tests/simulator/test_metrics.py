@@ -1,0 +1,85 @@
+"""Metric arithmetic: percentiles, GPU-hours, borrowed and lent integrated over time, job counts."""
+
+import pytest
+
+from scheduling.simulator import simulate, summarize
+from scheduling.simulator.meter import bucket_series
+from scheduling.simulator.metrics import percentile
+
+from .builders import LEND, LEND_AND_BORROW, RESERVE, T0, config, job, share
+
+MEDIUM = "ml.g5.12xlarge"  # 4 GPUs
+
+
+def by_share(metrics):
+    return {item["share"]: item for item in metrics["shares"]}
+
+
+def test_percentiles_interpolate_between_closest_ranks():
+    values = [1.0, 2.0, 3.0, 4.0]
+
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 50) == 2.5
+    assert percentile(values, 95) == pytest.approx(3.85)
+    assert percentile(values, 100) == 4.0
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([], 50) is None
+
+
+def test_gpu_hours_count_every_gpu_of_the_instances_a_job_holds():
+    setup = config(share("a", RESERVE, limits={MEDIUM: 2}))
+
+    result = simulate(setup, [job(1, "a", 0, 1800, (MEDIUM, 2))], start=T0)
+    metrics = summarize(result)
+
+    a = by_share(metrics)["a"]
+    assert a["gpu_hours"]["used"] == pytest.approx(4.0)  # 2 instances x 4 GPUs x half an hour
+    assert a["limit_gpus"] == 8
+    assert a["utilization"]["of_limits"] == pytest.approx(1.0)  # it held all 8 GPUs the whole half hour
+    assert metrics["overall"]["utilization"]["of_environment"] == pytest.approx(1.0)
+
+
+def test_borrowed_and_lent_gpu_hours_are_integrated_over_time():
+    setup = config(share("a", LEND_AND_BORROW, small=2), share("b", LEND, small=2))
+    jobs = [job(i, "a", 0, 1000) for i in (1, 2, 3, 4)] + [job(i, "b", 100, 1000) for i in (5, 6)]
+
+    metrics = summarize(simulate(setup, jobs, start=T0))
+
+    a, b = by_share(metrics)["a"], by_share(metrics)["b"]
+    assert a["gpu_hours"]["borrowed"] == pytest.approx(2 * 120 / 3600)  # 2 GPUs above its limit until reclaim
+    assert b["gpu_hours"]["lent"] == pytest.approx(2 * 120 / 3600)
+    assert a["gpu_hours"]["used"] == pytest.approx((2 * 1000 + 2 * (120 + 1000)) / 3600)
+    assert (a["preemptions"], a["preempted_gpu_hours_lost"]) == (2, pytest.approx(2 * 120 / 3600))
+    assert metrics["overall"]["gpu_hours"]["lent"] == metrics["overall"]["gpu_hours"]["borrowed"]
+
+
+def test_waits_and_job_counts_per_share():
+    jobs = [job(1, "a", 0, 10_000), job(2, "a", 10, 100), job(3, "a", 15, 100), job(4, "b", 20, 100)]
+    setup = config(share("a", small=1), share("b", small=1))
+
+    metrics = summarize(simulate(setup, jobs, start=T0, end=T0 + 3600))
+
+    a, b = by_share(metrics)["a"], by_share(metrics)["b"]
+    assert a["jobs"] == {
+        "arrived": 3,
+        "rejected": 0,
+        "completed": 0,
+        "running_at_end": 1,
+        "waiting_at_end": 2,
+        "never_started": 2,
+        "failed_pending_timeout": 0,
+        "failed_preemption_retries": 0,
+        "cancelled": 0,
+    }
+    assert (b["jobs"]["completed"], b["wait_seconds"]["p50"]) == (1, 10.0)  # arrived at 20 s, placed at 30 s
+    assert metrics["overall"]["wait_seconds"]["placed_jobs"] == 2
+
+
+def test_usage_series_are_time_weighted_means_per_slice():
+    series = [(0.0, (2, 0), (0, 0)), (50.0, (4, 1), (1, 0))]
+
+    times, used, borrowed = bucket_series(series, start=0.0, end=100.0, buckets=4)
+
+    assert times == [12.5, 37.5, 62.5, 87.5]
+    assert used == [[2, 2, 4, 4], [0, 0, 1, 1]]
+    assert borrowed[0] == [0, 0, 1, 1]

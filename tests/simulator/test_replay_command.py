@@ -1,0 +1,161 @@
+"""`manage.py replay` end to end: a Philly slice, configuration files, --scaling, a live queue's history."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduling.models import JobAttempt, JobStatus, QuotaShare
+from tests.factories import InstanceTypeFactory, JobQueueFactory, environment_with, job_in, share_with
+
+DATA = Path(__file__).parent / "data"
+P5 = "ml.p5.48xlarge"
+
+
+def replay(*args) -> str:
+    out = StringIO()
+    call_command("replay", *args, "--no-progress", stdout=out)
+    return out.getvalue()
+
+
+def test_the_philly_comparison_on_a_slice_prints_tables_and_writes_json_and_charts(tmp_path):
+    output = replay(
+        "--trace",
+        str(DATA / "philly-day.csv"),
+        "--start",
+        "2017-10-17",
+        "--days",
+        "0.25",
+        "--philly-comparison",
+        "--check",
+        "--json",
+        str(tmp_path / "out.json"),
+        "--charts",
+        str(tmp_path / "charts"),
+    )
+
+    assert "Microsoft Philly" in output and "CC-BY-4.0" in output
+    for name in ("all-RESERVE", "all-LEND", "all-LEND_AND_BORROW"):
+        assert f"{name}: " in output
+    assert "jobs/s" in output and "--check: SPEC section 2 held" in output
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert [c["configuration"]["name"] for c in document["configurations"]] == [
+        "all-RESERVE",
+        "all-LEND",
+        "all-LEND_AND_BORROW",
+    ]
+    borrowing = document["configurations"][2]
+    assert len(borrowing["shares"]) == 11
+    assert borrowing["overall"]["jobs"]["arrived"] > 500
+    assert borrowing["overall"]["gpu_hours"]["borrowed"] > 0
+    assert document["credit"].startswith("Trace: Microsoft Philly")
+    charts = sorted(path.name for path in (tmp_path / "charts").iterdir())
+    assert charts == [
+        "utilization-all-LEND.svg",
+        "utilization-all-LEND_AND_BORROW.svg",
+        "utilization-all-RESERVE.svg",
+        "waits.svg",
+    ]
+    for chart in charts:
+        ElementTree.parse(tmp_path / "charts" / chart)  # well-formed SVG
+
+
+def test_configuration_files_are_compared_in_one_run(tmp_path):
+    path = tmp_path / "what-if.yaml"
+    path.write_text("""
+configurations:
+  - {name: generous, base: philly, strategy: LEND_AND_BORROW, capacity_scale: 1}
+  - {name: tight, base: philly, strategy: LEND_AND_BORROW, borrow_limit: 50, capacity_scale: 0.05,
+     shares: [{name: 6214e9, strategy: RESERVE, borrow_limit: -1}]}
+""")
+
+    output = replay(
+        "--trace",
+        str(DATA / "philly-day.csv"),
+        "--start",
+        "2017-10-17",
+        "--days",
+        "0.1",
+        "--config",
+        str(path),
+        "--markdown",
+    )
+
+    assert "| generous |" in output and "| tight |" in output
+    assert "| 6214e9 | RESERVE |" in output
+
+
+def test_scaling_prints_seconds_per_thousand_jobs_for_one_two_and_four_weeks():
+    output = replay(
+        "--trace",
+        str(DATA / "philly-weeks.csv"),
+        "--start",
+        "2017-10-09",
+        "--scaling",
+        "--philly-comparison",
+        "--plans",
+        "0",
+    )
+
+    rows = output[output.index("s per 1,000 jobs") :].splitlines()[2:]
+    assert [row.split()[:2] for row in rows[:3]] == [["all-LEND", "1"], ["all-LEND", "2"], ["all-LEND", "4"]]
+    assert [row.split()[0] for row in rows[3:9]] == ["all-LEND_AND_BORROW"] * 3 + ["all-RESERVE"] * 3
+    assert rows[9].startswith("total wall time")
+
+
+def test_a_missing_source_or_configuration_is_a_clear_error():
+    with pytest.raises(CommandError, match="give --config"):
+        replay("--trace", str(DATA / "philly-day.csv"))
+    with pytest.raises(CommandError, match="--history replays the job history of a queue"):
+        replay("--history")
+
+
+@pytest.mark.django_db
+def test_the_history_of_a_queue_replays_against_its_live_configuration(tmp_path):
+    queue = JobQueueFactory(name="training")
+    environment_with(queue, {P5: 4})
+    InstanceTypeFactory(name=P5)
+    nlp = share_with(queue, "nlp", {P5: 2}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    vision = share_with(queue, "vision", {P5: 2}, strategy=QuotaShare.Strategy.LEND)
+    begin = datetime(2025, 1, 6, tzinfo=UTC)
+
+    def submitted(share, count, after, **fields):
+        at = begin + timedelta(seconds=after)
+        return job_in(share, [(P5, count)], created_at=at, runnable_since=at, **fields)
+
+    ran = submitted(nlp, 2, 0, status=JobStatus.SUCCEEDED)
+    JobAttempt.objects.create(
+        job=ran,
+        instance_type=InstanceTypeFactory(name=P5),
+        instance_count=2,
+        scheduled_at=begin,
+        stopped_at=begin + timedelta(hours=1),
+    )
+    submitted(nlp, 2, 10, duration_seconds=1800)  # borrows vision's idle capacity in the replay
+    submitted(vision, 2, 600, duration_seconds=600)  # reclaims it
+    submitted(vision, 1, 700, status=JobStatus.CANCELLED, stopped_at=begin + timedelta(seconds=800))
+
+    output = replay(
+        "--history",
+        "--queue",
+        "training",
+        "--start",
+        "2025-01-06",
+        "--days",
+        "1",
+        "--json",
+        str(tmp_path / "history.json"),
+    )
+
+    assert "4 jobs from the history of queue training" in output
+    document = json.loads((tmp_path / "history.json").read_text())
+    [live] = document["configurations"]
+    assert live["configuration"]["name"] == "live-training"
+    shares = {item["share"]: item for item in live["shares"]}
+    assert shares["nlp"]["preemptions"] == 1 and shares["nlp"]["gpu_hours"]["borrowed"] > 0
+    assert shares["vision"]["jobs"]["cancelled"] == 1
+    assert live["overall"]["jobs"]["completed"] == 3

@@ -1,0 +1,86 @@
+"""The exact shortcuts decide what the engine decides on the whole queue (see scheduling.simulator.shortcuts).
+
+`verify_shortcuts=True` also runs every pass on the whole snapshot, and every skipped pass that had events,
+and raises at the first difference; these replays are busy Philly hours at a tenth of the VC quotas, so queues
+are long, borrowing is constant and reclaim and in-share preemption happen.
+"""
+
+from dataclasses import replace
+
+import pytest
+
+from scheduling.engine import Ordering, Strategy
+from scheduling.simulator import Kind, philly, simulate
+
+HOURS = 4
+
+
+def replay(philly_day, *, strategy, ordering=Ordering.BEST_EFFORT_FIFO, mixed=False, **share_fields):
+    rows, vcs, mix = philly_day
+    config = philly.philly_configuration(
+        name="busy", vcs=vcs, mix=mix, capacity_scale=0.1, strategy=strategy, **share_fields
+    )
+    if mixed:  # the shares in turn as given, RESERVE and LEND
+        shares = []
+        for i, share in enumerate(config.shares):
+            strategy = (share.strategy, Strategy.RESERVE, Strategy.LEND)[i % 3]
+            borrow_limit = share.borrow_limit if strategy == Strategy.LEND_AND_BORROW else -1
+            shares.append(replace(share, strategy=strategy, borrow_limit=borrow_limit))
+        config = replace(config, shares=tuple(shares))
+    plans = philly.synthetic_plans(
+        count=2,
+        shares=config.shares,
+        capacity=config.capacity,
+        start=rows[0].submitted_at,
+        end=rows[0].submitted_at + HOURS * 3600,
+        seed=4,
+    )
+    config = replace(config, ordering=ordering, plans=tuple(plans), plan_drain_seconds=600)
+    start = rows[0].submitted_at
+    jobs = [
+        job for job in philly.philly_jobs(rows, config, seed=2) if job.submitted_at < start + HOURS * 3600
+    ]
+    return config, jobs, start
+
+
+@pytest.mark.parametrize(
+    ("strategy", "ordering", "mixed", "share_fields"),
+    [
+        (Strategy.RESERVE, Ordering.BEST_EFFORT_FIFO, False, {}),
+        (Strategy.LEND_AND_BORROW, Ordering.BEST_EFFORT_FIFO, False, {}),
+        (
+            Strategy.LEND_AND_BORROW,
+            Ordering.BEST_EFFORT_FIFO,
+            True,
+            {"borrow_limit": 50, "in_share_preemption": True},
+        ),
+        (Strategy.LEND_AND_BORROW, Ordering.STRICT_FIFO, True, {"in_share_preemption": True}),
+    ],
+    ids=["reserve", "lend-and-borrow", "mixed-borrow-limit-in-share", "strict-fifo"],
+)
+def test_shortcuts_decide_what_the_whole_queue_decides(philly_day, strategy, ordering, mixed, share_fields):
+    config, jobs, start = replay(
+        philly_day, strategy=strategy, ordering=ordering, mixed=mixed, **share_fields
+    )
+
+    result = simulate(config, jobs, start=start, end=start + HOURS * 3600, verify_shortcuts=True, check=True)
+
+    assert result.stats.passes_reduced > 0
+    assert sum(r.kind == Kind.ADMITTED for r in result.records) > 200
+
+
+def test_a_replay_with_shortcuts_records_what_a_replay_without_them_records(philly_day):
+    config, jobs, start = replay(
+        philly_day, strategy=Strategy.LEND_AND_BORROW, mixed=True, in_share_preemption=True
+    )
+
+    fast = simulate(config, jobs, start=start, end=start + HOURS * 3600)
+    slow = simulate(config, jobs, start=start, end=start + HOURS * 3600, shortcuts=False)
+
+    assert fast.records == slow.records
+    assert {k: (o.status, o.first_placed_at, o.finished_at) for k, o in fast.outcomes.items()} == {
+        k: (o.status, o.first_placed_at, o.finished_at) for k, o in slow.outcomes.items()
+    }
+    kinds = {r.kind for r in fast.records}
+    assert {Kind.PREEMPTED_RECLAIM, Kind.PREEMPTED_IN_SHARE} <= kinds
+    assert fast.stats.passes_run < slow.stats.passes_run
