@@ -24,10 +24,11 @@ ADDRESS_FACTOR = 10
 
 
 def client_address(request: HttpRequest) -> str:
-    """The client's address; behind a proxy (BEHIND_PROXY=1), the last one in X-Forwarded-For (the proxy's)."""
+    """The client's address; behind a proxy (BEHIND_PROXY=1), the last in X-Forwarded-For (the proxy's)."""
     if settings.BEHIND_PROXY:
-        forwarded = [part.strip() for part in request.headers.get("X-Forwarded-For", "").split(",")
-                     if part.strip()]
+        forwarded = [
+            part.strip() for part in request.headers.get("X-Forwarded-For", "").split(",") if part.strip()
+        ]
         if forwarded:
             return forwarded[-1]
     return request.META.get("REMOTE_ADDR", "")
@@ -39,10 +40,12 @@ def _counter(kind: str, value: str) -> str:
 
 def _refused(seconds: int) -> HttpResponse:
     minutes = max(1, round(seconds / 60))
-    body = ("<!doctype html><html lang=\"en\"><head><title>Too many sign-in attempts</title></head><body>"
-            "<h1>Too many sign-in attempts</h1><p>Too many failed sign-in attempts for this account or from "
-            f"this address. Try again in {minutes} minute{'s' if minutes != 1 else ''}.</p>"
-            "<p><a href=\"\">Back to sign-in</a></p></body></html>")
+    body = (
+        '<!doctype html><html lang="en"><head><title>Too many sign-in attempts</title></head><body>'
+        "<h1>Too many sign-in attempts</h1><p>Too many failed sign-in attempts for this account or from "
+        f"this address. Try again in {minutes} minute{'s' if minutes != 1 else ''}.</p>"
+        '<p><a href="">Back to sign-in</a></p></body></html>'
+    )
     response = HttpResponse(body, status=429)
     response["Retry-After"] = str(seconds)
     return response
@@ -57,16 +60,21 @@ def login_throttled(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
             return view(request, *args, **kwargs)
         limit, lockout = settings.LOGIN_FAILURE_LIMIT, settings.LOGIN_LOCKOUT_SECONDS
         username = str(request.POST.get("username", "")).strip().lower()
-        limits = {_counter("user", username): limit,
-                  _counter("address", client_address(request)): limit * ADDRESS_FACTOR}
+        limits = {
+            _counter("user", username): limit,
+            _counter("address", client_address(request)): limit * ADDRESS_FACTOR,
+        }
         try:
             counts = cache.get_many(list(limits))
         except (OSError, RedisError) as exc:
             logger.warning("sign-in throttle skipped: the cache is unavailable (%s)", exc)
             return view(request, *args, **kwargs)
         if any(counts.get(key, 0) >= maximum for key, maximum in limits.items()):
-            logger.warning("sign-in refused: too many failures for username %r or address %s",
-                           username, client_address(request))
+            logger.warning(
+                "sign-in refused: too many failures for username %r or address %s",
+                username,
+                client_address(request),
+            )
             return _refused(lockout)
         response = view(request, *args, **kwargs)
         try:

@@ -7,11 +7,13 @@ uses. Other errors are `{"detail": message}` with the status of the error.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import OperationalError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -21,12 +23,24 @@ from rest_framework.views import set_rollback
 from scheduling.errors import DomainError
 from scheduling.models import Job
 
+logger = logging.getLogger("quotaportal.api")
+
 
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response({"detail": f"request body larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)"},
                         status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if isinstance(exc, OperationalError):
+        # The database went away mid-request (a restart, a failover, a terminated connection): nothing was
+        # committed, and the next request reconnects. Say so, rather than a bare 500.
+        set_rollback()
+        logger.warning("database unavailable: %s", exc)
+        response = Response({"detail": "the database is unavailable; retry shortly (a submission with a "
+                                       "client_token is safe to repeat)"},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        response["Retry-After"] = "1"
+        return response
     if isinstance(exc, DjangoValidationError):
         set_rollback()
         if hasattr(exc, "error_dict"):

@@ -24,18 +24,19 @@ ERROR_DESCRIPTIONS = {
     "413": "The request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE.",
     "415": "The request body is not JSON, form data or multipart.",
     "429": "Too many requests (API_SUBMIT_RATE for submissions): retry after the Retry-After seconds.",
+    "503": "The database is unavailable (a restart or failover): retry after the Retry-After seconds.",
 }
 
 
 class ApiAutoSchema(AutoSchema):
-    """Adds 400/401/403/404/409/413/415/429 to the responses; a view names its 409 actions in `conflict_actions`
-    and its throttled ones in `throttled_actions`."""
+    """Adds 400/401/403/404/409/413/415/429/503 to the responses; a view names its 409 actions in
+    `conflict_actions` and its throttled ones in `throttled_actions`."""
 
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
         if direction != "response":
             return responses
-        codes = ["401", "403"]
+        codes = ["401", "403", "503"]
         is_list = self.method == "GET" and self._is_list_view()
         if self.method != "GET" or (is_list and getattr(self.view, "filterset_class", None)):
             codes.append("400")

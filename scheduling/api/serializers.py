@@ -76,7 +76,8 @@ class NameField(serializers.SlugRelatedField):
     def to_internal_value(self, data):
         # Text PostgreSQL cannot hold (NUL, unpaired surrogates) names nothing: unknown, not a database error.
         if isinstance(data, str) and UNSTORABLE_TEXT.search(data):
-            self.fail("does_not_exist", slug_name=self.slug_field, value=data.encode("unicode_escape").decode())
+            printable = data.encode("unicode_escape").decode()
+            self.fail("does_not_exist", slug_name=self.slug_field, value=printable)
         return super().to_internal_value(data)
 
 

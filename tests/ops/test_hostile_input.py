@@ -1,0 +1,254 @@
+"""Hostile input is refused clearly (a 4xx naming what is wrong), never a 500 nor something half-stored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scheduling.api.parsers import MAX_JSON_DEPTH
+from scheduling.models import Job, ServiceEnvironment
+from tests.api.support import P5, submission
+
+pytestmark = pytest.mark.django_db
+
+JOBS = "/api/v1/jobs/"
+
+
+def post_raw(client, url: str, body: str):
+    return client.generic("POST", url, body, content_type="application/json")
+
+
+def test_it_refuses_a_body_larger_than_the_upload_limit_with_413(world, client_for, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 200_000
+
+    response = post_raw(client_for(world.ana), JOBS, json.dumps(submission(payload={"blob": "x" * 300_000})))
+
+    assert response.status_code == 413
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in response.json()["detail"]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("body", ["[" * 100_000, '{"a":' * 50_000 + "1" + "}" * 50_000])
+def test_it_refuses_json_nested_past_the_recursion_limit_with_400(world, client_for, body):
+    response = post_raw(client_for(world.ana), JOBS, body)
+
+    assert response.status_code == 400
+    assert "nested deeper" in response.json()["non_field_errors"][0]
+
+
+def test_it_refuses_json_nested_deeper_than_the_parser_allows_even_when_python_can_decode_it(
+    world, client_for
+):
+    payload = json.loads('{"a":' * 900 + "1" + "}" * 900)
+
+    response = post_raw(client_for(world.ana), JOBS, json.dumps(submission(payload=payload)))
+
+    assert response.status_code == 400
+    assert str(MAX_JSON_DEPTH) in response.json()["non_field_errors"][0]
+
+
+def test_a_payload_nested_past_its_own_depth_limit_names_the_payload(world, client_for):
+    payload = json.loads('{"a":' * 20 + "1" + "}" * 20)
+
+    response = post_raw(client_for(world.ana), JOBS, json.dumps(submission(payload=payload)))
+
+    assert response.status_code == 400
+    assert "nested deeper than 16" in response.json()["payload"][0]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"command": "a\u0000b"}, "NUL"),
+        ({"a\u0000": 1}, "NUL"),
+        ({"text": "\ud800"}, "unpaired surrogate"),
+        ({"nested": [{"deep": "\udfff"}]}, "unpaired surrogate"),
+    ],
+)
+def test_a_payload_postgresql_could_not_store_is_a_400_not_a_database_error(
+    world, client_for, payload, message
+):
+    response = post_raw(client_for(world.ana), JOBS, json.dumps(submission(payload=payload)))
+
+    assert response.status_code == 400
+    assert message in response.json()["payload"][0]
+    assert not Job.objects.exists()
+
+
+def test_an_infinite_number_in_the_payload_is_a_400(world, client_for):
+    body = json.dumps(submission(payload={"lr": 1})).replace('"lr": 1', '"lr": 1e999')
+
+    response = post_raw(client_for(world.ana), JOBS, body)
+
+    assert response.status_code == 400
+    assert "payload" in response.json()
+
+
+def test_unicode_is_fine_in_a_payload_and_refused_in_a_name(world, client_for):
+    client = client_for(world.ana)
+
+    stored = client.post(JOBS, submission(payload={"note": "données d'entraînement 😀"}), format="json")
+    refused = client.post(JOBS, submission(name="entraînement"), format="json")
+
+    assert stored.status_code == 201
+    assert stored.json()["payload"] == {"note": "données d'entraînement 😀"}
+    assert refused.status_code == 400 and "name" in refused.json()
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x" * 129, "semi;colon", "ünï", "名前"])
+def test_names_outside_the_pattern_are_refused_on_configuration_too(world, client_for, name):
+    response = client_for(world.admin).post(
+        "/api/v1/service-environments/",
+        {"name": name, "capacity_limits": [{"instance_type": P5, "max_capacity": 1}]},
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert "name" in response.json()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("scheduling_priority", -1),
+        ("scheduling_priority", 10_000),
+        ("scheduling_priority", 10**40),
+        ("retry_attempts", 0),
+        ("retry_attempts", 11),
+        ("duration_seconds", -5),
+        ("duration_seconds", 10**20),
+        ("max_pending_seconds", 0),
+        ("preemption_retries_before_termination", -1),
+        ("preemption_retries_before_termination", 10**30),
+    ],
+)
+def test_negative_and_huge_numbers_in_a_submission_are_refused_naming_the_field(
+    world, client_for, field, value
+):
+    response = client_for(world.ana).post(JOBS, submission(**{field: value}), format="json")
+
+    assert response.status_code == 400
+    assert field in response.json()
+
+
+@pytest.mark.parametrize("count", [0, -1, 10**30])
+def test_a_bad_instance_count_names_its_entry(world, client_for, count):
+    body = submission(instance_preferences=[{"instance_type": P5, "instance_count": count}])
+
+    response = client_for(world.ana).post(JOBS, body, format="json")
+
+    assert response.status_code == 400
+    assert "instance_preferences[0].instance_count" in response.json()
+
+
+@pytest.mark.parametrize("capacity", [-1, 2**31, 10**30])
+def test_an_environment_capacity_beyond_the_column_is_a_400_not_an_overflow(world, client_for, capacity):
+    response = client_for(world.admin).post(
+        "/api/v1/service-environments/",
+        {"name": "big", "capacity_limits": [{"instance_type": P5, "max_capacity": capacity}]},
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert "capacity_limits[0].max_capacity" in response.json()
+    assert not ServiceEnvironment.objects.filter(name="big").exists()
+
+
+def test_unknown_fields_are_refused_by_name_on_every_write(world, client_for):
+    submitted = client_for(world.ana).post(
+        JOBS, submission(sheduling_priority=5, colour="red"), format="json"
+    )
+    nested = client_for(world.ana).post(
+        JOBS,
+        submission(
+            instance_preferences=[{"instance_type": P5, "instance_count": 1, "plan": "nlp-p5-december"}]
+        ),
+        format="json",
+    )
+    config = client_for(world.admin).patch(
+        f"/api/v1/quota-shares/{world.nlp.pk}/", {"limit": 3}, format="json"
+    )
+
+    assert submitted.status_code == 400
+    assert set(submitted.json()) == {"sheduling_priority", "colour"}
+    assert "scheduling_priority" in submitted.json()["colour"][0]  # it says what the body takes
+    assert nested.status_code == 400 and "instance_preferences[0].plan" in nested.json()
+    assert config.status_code == 400 and "limit" in config.json()
+    assert not Job.objects.exists()
+
+
+def test_read_only_fields_sent_back_are_ignored_not_refused(world, client_for):
+    client = client_for(world.ana)
+    job = client.post(JOBS, submission(), format="json").json()
+
+    again = client.post(
+        JOBS,
+        {
+            **job,
+            "name": "again",
+            "client_token": None,
+            "instance_preferences": submission()["instance_preferences"],
+        },
+        format="json",
+    )
+
+    assert again.status_code == 201
+    assert again.json()["status"] == "RUNNABLE" and again.json()["id"] != job["id"]
+
+
+def test_a_non_object_body_or_payload_is_a_400(world, client_for):
+    client = client_for(world.ana)
+
+    for body in ("[]", "42", '"text"', "null"):
+        assert post_raw(client, JOBS, body).status_code == 400
+    assert client.post(JOBS, submission(payload=[1, 2]), format="json").status_code == 400
+
+
+def test_malformed_json_and_an_unsupported_media_type_are_refused(world, client_for):
+    client = client_for(world.ana)
+
+    malformed = post_raw(client, JOBS, '{"name": ')
+    assert malformed.status_code == 400
+    assert malformed.json()["non_field_errors"][0].startswith("JSON parse error")
+    assert post_raw(client, JOBS, '{"name": NaN}').status_code == 400
+    assert client.generic("POST", JOBS, "name=x", content_type="text/plain").status_code == 415
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "status=BOGUS",
+        "job_queue=%00",
+        "quota_share=" + "x" * 5000,
+        "page=0",
+        "page=99999999999999999999",
+        "page=abc",
+    ],
+)
+def test_hostile_list_filters_are_refused_or_empty_never_a_500(world, client_for, query):
+    response = client_for(world.admin).get(f"{JOBS}?{query}")
+
+    assert response.status_code in (200, 400, 404)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "since_id=1e400",
+        "since_id=99999999999999999999999",
+        "job=-1",
+        "since=not-a-date",
+        "kind=NOPE",
+        "job=%00",
+    ],
+)
+def test_hostile_event_filters_are_refused_or_empty_never_a_500(world, client_for, query):
+    response = client_for(world.admin).get(f"/api/v1/events/?{query}")
+
+    assert response.status_code in (200, 400)
+
+
+@pytest.mark.parametrize("job_id", ["99999999999999999999999", "-1", "abc", "1.5"])
+def test_hostile_ids_in_urls_are_404(world, client_for, job_id):
+    assert client_for(world.admin).get(f"{JOBS}{job_id}/").status_code == 404

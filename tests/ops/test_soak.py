@@ -1,0 +1,222 @@
+"""The soak (`manage.py soak`): its checks catch what they must; a short run passes on PostgreSQL, Redis."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from scheduling.management.commands.soak import (
+    Config,
+    capacity_violations,
+    history_violations,
+    replay_violations,
+)
+from tests.ops.support import BASE_DIR, PYTHON, child_env, ops_broker_url, require_redis
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+P5, P4 = 1, 2
+RESERVE, LEND, BORROW = 10, 11, 12
+
+
+def config() -> Config:
+    """One queue, 8 P5 and 4 P4: RESERVE 3 P5, LEND 2 P5, LEND_AND_BORROW (50%) 2 P5 and 4 P4; a plan of 2."""
+    return Config(
+        capacity={(1, P5): 8, (1, P4): 4},
+        shares={
+            RESERVE: {"queue": 1, "name": "r", "strategy": "RESERVE", "borrow_limit": -1},
+            LEND: {"queue": 1, "name": "l", "strategy": "LEND", "borrow_limit": -1},
+            BORROW: {"queue": 1, "name": "b", "strategy": "LEND_AND_BORROW", "borrow_limit": 50},
+        },
+        limits={(RESERVE, P5): 3, (LEND, P5): 2, (BORROW, P5): 2, (BORROW, P4): 4},
+        plans={
+            7: {"name": "plan", "instance_count": 2, "start_time": T0, "end_time": T0 + timedelta(hours=1)}
+        },
+        type_names={P5: "p5", P4: "p4"},
+    )
+
+
+def test_legal_usage_breaks_nothing():
+    assert (
+        capacity_violations(
+            config(), {(RESERVE, P5): 3, (LEND, P5): 2, (BORROW, P5): 3, (BORROW, P4): 4}, {7: 2}, T0
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("usage", "plans", "found"),
+    [
+        ({(RESERVE, P5): 4}, {}, "r p5: usage 4 over its limit 3"),
+        ({(LEND, P5): 3}, {}, "l p5: usage 3 over its limit 2"),
+        ({(BORROW, P5): 4}, {}, "b p5: usage 4 over its borrow ceiling 3"),
+        # RESERVE's idle 3 are held back: 6 in use by others + 3 reserved > 8, though only 6 are in use.
+        ({(LEND, P5): 2, (BORROW, P5): 3, (RESERVE, P5): 0}, {}, None),
+        ({(LEND, P5): 3, (BORROW, P5): 3}, {}, "sum of max(usage, reserved) 9 over capacity 8"),
+        ({(BORROW, P4): 5}, {}, "on-demand usage 5 over capacity 4"),
+        ({}, {7: 3}, "plan plan: 3 in use over its 2 instances"),
+    ],
+)
+def test_each_rule_of_spec_2_is_caught(usage, plans, found):
+    broken = capacity_violations(config(), usage, plans, T0)
+
+    if found is None:
+        assert broken == []
+    else:
+        assert any(found in message for message in broken), broken
+
+
+def test_a_plan_in_use_outside_its_window_is_caught():
+    assert "while not ACTIVE" in capacity_violations(config(), {}, {7: 1}, T0 + timedelta(hours=2))[0]
+
+
+def attempt(job, type_id, count, start, stop=None, plan=None):
+    return {
+        "job_id": job,
+        "instance_type_id": type_id,
+        "instance_count": count,
+        "training_plan_id": plan,
+        "scheduled_at": T0 + timedelta(seconds=start),
+        "stopped_at": None if stop is None else T0 + timedelta(seconds=stop),
+    }
+
+
+def test_the_replay_allows_back_to_back_placements_and_catches_an_overlap():
+    share_of = {1: BORROW, 2: BORROW, 3: BORROW}
+    back_to_back = [attempt(1, P4, 4, 0, 10), attempt(2, P4, 4, 10)]  # a pass frees and admits at once
+    overlap = [attempt(1, P4, 4, 0, 10), attempt(3, P4, 1, 9)]
+
+    assert replay_violations(config(), back_to_back, share_of) == ([], 2)
+    broken, points = replay_violations(config(), overlap, share_of)
+    assert points == 3
+    assert broken and all(message.startswith("replay at 2026-12-01T12:00:09") for message in broken)
+    assert any("on-demand usage 5 over capacity 4" in message for message in broken)
+
+
+def test_histories_that_follow_the_lifecycle_pass():
+    closed, open_ = attempt(1, P5, 1, 0, 5), attempt(1, P5, 1, 6)
+    assert (
+        history_violations(
+            {"id": 1, "status": "SUCCEEDED"},
+            ["SUBMITTED", "ADMITTED", "BORROWED", "STARTED", "SUCCEEDED"],
+            [closed],
+        )
+        == []
+    )
+    assert (
+        history_violations(
+            {"id": 1, "status": "RUNNING"},
+            ["SUBMITTED", "ADMITTED", "PREEMPTED_RECLAIM", "CONFIG_CHANGED", "ADMITTED", "STARTED"],
+            [closed, open_],
+        )
+        == []
+    )
+    assert (
+        history_violations({"id": 1, "status": "RUNNABLE"}, ["SUBMITTED", "ADMITTED", "FAILED"], [closed])
+        == []
+    )
+    assert history_violations({"id": 1, "status": "CANCELLED"}, ["SUBMITTED", "CANCELLED"], []) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "kinds", "attempts", "found"),
+    [
+        ("SCHEDULED", ["ADMITTED"], [attempt(1, P5, 1, 0)], "does not start with one SUBMITTED"),
+        (
+            "SCHEDULED",
+            ["SUBMITTED", "ADMITTED", "ADMITTED"],
+            [attempt(1, P5, 1, 0, 1), attempt(1, P5, 1, 1)],
+            "duplicate placement",
+        ),
+        (
+            "SCHEDULED",
+            ["SUBMITTED", "ADMITTED"],
+            [attempt(1, P5, 1, 0), attempt(1, P5, 1, 0)],
+            "1 ADMITTED events but 2 attempts",
+        ),
+        (
+            "RUNNING",
+            ["SUBMITTED", "ADMITTED", "STARTED"],
+            [attempt(1, P5, 1, 0, 3)],
+            "placed with 0 open attempts",
+        ),
+        (
+            "SUCCEEDED",
+            ["SUBMITTED", "ADMITTED", "SUCCEEDED"],
+            [attempt(1, P5, 1, 0)],
+            "open attempts while not placed",
+        ),
+        ("FAILED", ["SUBMITTED", "ADMITTED", "SUCCEEDED"], [attempt(1, P5, 1, 0, 3)], "last event SUCCEEDED"),
+        ("RUNNABLE", ["SUBMITTED", "STARTED"], [], "STARTED while not placed"),
+    ],
+)
+def test_broken_histories_are_caught(status, kinds, attempts, found):
+    broken = history_violations({"id": 1, "status": status}, kinds, attempts)
+
+    assert any(found in message for message in broken), broken
+
+
+@pytest.mark.django_db
+def test_the_soak_refuses_sqlite_or_a_broker_other_than_redis(settings, on_postgres):
+    settings.CELERY_BROKER_URL = "filesystem://"
+    expected = "needs Redis" if on_postgres else "needs PostgreSQL"
+
+    with pytest.raises(CommandError, match=expected):
+        call_command("soak", "--seconds", "1")
+
+
+@pytest.mark.django_db
+def test_the_soak_never_stops_a_redis_it_did_not_start(settings, on_postgres):
+    if not on_postgres:
+        pytest.skip("the soak refuses SQLite before it looks at faults")
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/1"
+
+    with pytest.raises(CommandError, match="--own-redis"):
+        call_command("soak", "--seconds", "1", "--fault", "redis")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_short_soak_passes_with_three_workers(tmp_path):
+    broker = ops_broker_url()
+    require_redis(broker)
+    report = tmp_path / "soak.json"
+
+    run = subprocess.run(
+        [
+            PYTHON,
+            "manage.py",
+            "soak",
+            "--seconds",
+            "30",
+            "--clients",
+            "4",
+            "--workers",
+            "3",
+            "--jobs",
+            "2000",
+            "--drain-seconds",
+            "90",
+            "--json",
+            str(report),
+        ],
+        env=child_env(CELERY_BROKER_URL=broker),
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    result = json.loads(report.read_text())
+    assert result["violations"] == []
+    assert result["samples"] >= 40 and result["sample_errors"] == 0
+    assert result["jobs_total"] >= 20 and result["histories_broken"] == 0
+    assert result["passes"] >= 10 and result["replay_change_points"] >= 20
+    assert set(result["jobs"]) <= {"SUCCEEDED", "FAILED", "CANCELLED"}  # drained
+    print(run.stdout)
