@@ -135,7 +135,12 @@ class Reducer:
     """Builds the reduced job list of a pass and judges whether the engine's decisions on it are exact."""
 
     def __init__(
-        self, *, shares: Mapping[int, Share], capacity: Mapping[str, int], plans: Iterable[Plan], epoch: datetime
+        self,
+        *,
+        shares: Mapping[int, Share],
+        capacity: Mapping[str, int],
+        plans: Iterable[Plan],
+        epoch: datetime,
     ):
         self.shares = shares
         self.capacity = capacity
@@ -181,11 +186,26 @@ class Reducer:
         jobs.extend(unfinished[job_id] for job_id in placed.on_plans)
         last_taken: dict[GroupKey, int] = {}
         room = self.room_in(placed)
+        # Groups of one share and preference list (priorities apart) are held or bounded alike.
+        bounds: dict[tuple[int, tuple[Entry, ...]], int | None] = {}
         for key, members in groups.items():
             first = unfinished[members[0][1]]
-            if key not in takes and self.held_at_ceiling(first, placed.usage):
+            take = takes.get(key)
+            if take is None:
+                alike = (first.share_id, first.entries)
+                if alike not in bounds:
+                    held = self.held_at_ceiling(first, placed.usage)
+                    bounds[alike] = (
+                        None if held else 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
+                    )
+                take = bounds[alike]
+                if take is None:
+                    continue
+            if not due:
+                jobs.extend(unfinished[job_id] for _, job_id in members[:take])
+                if len(members) > take:
+                    last_taken[key] = members[take - 1][1]
                 continue
-            take = takes.get(key) or 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
             taken: list[int] = []
             for index, (_, job_id) in enumerate(members):
                 if job_id in due:
@@ -236,14 +256,18 @@ class Reducer:
 
     def _room(self, share_id: int, entry: Entry, placed: PlacedJobs, committed: Mapping[str, int]) -> int:
         if entry.training_plan is not None:
-            return self.plan_counts.get(entry.training_plan, 0) - placed.plan_usage.get(entry.training_plan, 0)
+            return self.plan_counts.get(entry.training_plan, 0) - placed.plan_usage.get(
+                entry.training_plan, 0
+            )
         share = self.shares[share_id]
         instance_type = entry.instance_type
         used = placed.usage.get((share_id, instance_type), 0)
         limit = share.limits.get(instance_type, 0)
         reserved = limit if share.strategy == Strategy.RESERVE else 0
         # Invariant B: placing within a RESERVE share's own limit commits nothing more.
-        lendable = self.capacity.get(instance_type, 0) - committed.get(instance_type, 0) + max(0, reserved - used)
+        lendable = (
+            self.capacity.get(instance_type, 0) - committed.get(instance_type, 0) + max(0, reserved - used)
+        )
         ceiling = share_ceiling(share, limit)
         return lendable if ceiling is None else min(lendable, ceiling - used)
 
