@@ -11,7 +11,7 @@ The first breach raises `InvariantViolation` naming the pass, the time, the rule
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from scheduling.engine import UNLIMITED, Strategy
 
@@ -23,7 +23,7 @@ class InvariantViolation(AssertionError):
 
 
 class PassChecker:
-    def __init__(self, config: Configuration, share_ids: Mapping[str, int]):
+    def __init__(self, config: Configuration):
         self.config = config
         self.shares = {share.name: share for share in config.shares}
         self.usage: dict[tuple[str, str], int] = {}

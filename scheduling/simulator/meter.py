@@ -125,7 +125,9 @@ class UsageMeter:
         if any(over):
             # What a share lends depends only on the total borrowed and on what each lender leaves idle.
             idle = tuple(
-                max(0, self.limits[s].get(instance_type, 0) - n) if self.strategies[s] != Strategy.RESERVE else 0
+                max(0, self.limits[s].get(instance_type, 0) - n)
+                if self.strategies[s] != Strategy.RESERVE
+                else 0
                 for s, n in zip(self.share_ids, held, strict=True)
             )
             key = (instance_type, sum(over), idle)

@@ -21,10 +21,10 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    too, without side effects, unless it could preempt: that needs in-share victims of lower priority, or
    reclaim, which needs its share to have room under its own limit when it is tried while some share is over
    its limit with jobs placed before the pass. `k` is one more than the jobs of the group that can be placed
-   at most: per entry, the room left under the share's ceiling and in lendable capacity (invariants B, C) or on
-   the plan, divided by the entry's count. When the k-th job was placed anyway, or a later job could preempt,
-   the pass is run again with more of that group (or on the whole snapshot). Under STRICT_FIFO a share's
-   queue is one group: everything behind a job that was not placed is held anyway.
+   at most: per entry, the room left under the share's ceiling and in lendable capacity (invariants B, C) or
+   on the plan, divided by the entry's count. When the k-th job was placed anyway, or a later job could
+   preempt, the pass is run again with more of that group (or on the whole snapshot). Under STRICT_FIFO a
+   share's queue is one group: everything behind a job that was not placed is held anyway.
    A group whose share is already over its ceiling on every entry (RESERVE or LEND at its limit, or
    LEND_AND_BORROW at its borrow limit), with no in-share preemption, is left out entirely: in a pass that
    preempts nobody its share's usage only grows, so none of its jobs can be placed, nor reclaim (which needs
@@ -232,8 +232,8 @@ class Reducer:
         return on_demand + on_plans
 
     def room_in(self, placed: PlacedJobs):
-        """room(share, entry): an upper bound on the instances the share can still place on the entry in a pass
-        that preempts nobody; each placement on the entry takes at least its count from it."""
+        """room(share, entry): at most the instances the share can still place on the entry in a pass that
+        preempts nobody; each placement on the entry takes at least its count from it."""
         committed: dict[str, int] = {}
         for share in self.shares.values():
             for instance_type, limit in share.limits.items():
@@ -299,7 +299,7 @@ class Reducer:
 
     @staticmethod
     def preemption_verdict(decisions: Decisions, summed: set[tuple[int, str]]) -> bool:
-        """Exact unless a placeholder was named or a summed holding went over its limit (so became reclaimable)."""
+        """Exact unless a placeholder was named or a summed holding went over its limit (so reclaimable)."""
         if any(p.job_id < 0 for p in decisions.preemptions) or any(d.job_id < 0 for d in decisions.drains):
             return False
         return not any(

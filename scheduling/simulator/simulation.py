@@ -12,8 +12,10 @@ RUNNABLE keeping its submission time, and its work is thrown away: it restarts f
 
 A pass is skipped only when it provably decides nothing: the previous pass decided nothing and no event has
 happened since. The engine reads `now` only for plan windows and pending timeouts, and both are events here,
-so such a pass would see the same snapshot and make the same (empty) decisions. Pass indexes stay those of the
-clock, so the record of a replay is the record of a live system passing at every tick.
+so such a pass would see the same snapshot and make the same (empty) decisions. `shortcuts` extends this to
+events nobody waiting can use, and gives the engine smaller snapshots that lead to the same decisions. Pass
+indexes stay those of the clock, so the record of a replay is the record of a live system passing at every
+tick.
 """
 
 from __future__ import annotations
@@ -290,7 +292,7 @@ class Simulation:
             gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
             start=self.start,
         )
-        self.checker = PassChecker(configuration, self.share_ids) if check else None
+        self.checker = PassChecker(configuration) if check else None
 
     def _all_types(self) -> set[str]:
         types = set(self.capacity)
@@ -595,7 +597,9 @@ class Simulation:
                 unfinished=self.unfinished, placed=self.placed, groups=self.groups, due=due, takes=takes
             )
             decisions = self.schedule(self._snapshot(now, reduced.jobs))
-            exact, widen = self.reducer.verdict(decisions, reduced, unfinished=self.unfinished, groups=self.groups)
+            exact, widen = self.reducer.verdict(
+                decisions, reduced, unfinished=self.unfinished, groups=self.groups
+            )
             if exact:
                 self.stats.passes_reduced += 1
                 return decisions
