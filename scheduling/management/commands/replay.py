@@ -16,34 +16,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
-from scheduling.engine import Entry, Ordering, Strategy
-from scheduling.models import (
-    InstanceType,
-    Job,
-    JobAttempt,
-    JobPreference,
-    JobQueue,
-    JobStatus,
-    QuotaShare,
-    SchedulingPass,
-    State,
-    TrainingPlan,
-)
+from scheduling.models import JobQueue, SchedulingPass
+from scheduling.replay_sources import DEFAULT_TRACE, history_jobs, live_configuration
 from scheduling.simulator import (
     Configuration,
     ConfigurationError,
     InvariantViolation,
-    PlanConfig,
-    ShareConfig,
-    SimJob,
     load_configurations,
 )
 from scheduling.simulator import philly as philly_mapping
-from scheduling.simulator.config import validate
 from scheduling.simulator.report import (
     COMPARISON_HEADER,
     SHARE_HEADER,
@@ -55,7 +38,6 @@ from scheduling.simulator.report import (
 from scheduling.simulator.runner import ProgressBar, replay_configurations, write_charts, write_json
 from scheduling.simulator.trace import PHILLY_CREDIT, TraceError, read_philly, read_philly_vcs
 
-DEFAULT_TRACE = Path("/work/shared/traces/philly.csv")
 PHILLY_WINDOW = (datetime(2017, 10, 9, tzinfo=UTC), 14)
 SCALING_WEEKS = (1, 2, 4)
 
@@ -388,122 +370,3 @@ def find_queue(name: str) -> JobQueue:
         known = ", ".join(JobQueue.objects.values_list("name", flat=True)) or "none"
         raise CommandError(f"no job queue named {name!r} (queues: {known})")
     return queue
-
-
-def live_configuration(queue: JobQueue) -> Configuration:
-    """The queue's capacity, shares (with their database ids) and training plans, as they are now."""
-    shares = list(
-        QuotaShare.objects.filter(job_queue=queue)
-        .prefetch_related("capacity_limits__instance_type")
-        .order_by("id")
-    )
-    plans = (
-        TrainingPlan.objects.filter(job_queue=queue)
-        .select_related("instance_type")
-        .prefetch_related("quota_shares")
-        .order_by("id")
-    )
-    config = Configuration(
-        name=f"live-{queue.name}",
-        description=f"queue {queue.name} as configured at {timezone.now():%Y-%m-%d %H:%M} UTC",
-        capacity=queue.service_environment.capacity_by_type(),
-        shares=tuple(
-            ShareConfig(
-                name=share.name,
-                strategy=Strategy(share.strategy),
-                limits={
-                    limit.instance_type.name: limit.max_capacity for limit in share.capacity_limits.all()
-                },
-                borrow_limit=share.borrow_limit,
-                in_share_preemption=share.in_share_preemption,
-                enabled=share.state == State.ENABLED,
-            )
-            for share in shares
-        ),
-        plans=tuple(
-            PlanConfig(
-                name=plan.name,
-                instance_type=plan.instance_type.name,
-                instance_count=plan.instance_count,
-                start=plan.start_time.timestamp(),
-                end=plan.end_time.timestamp(),
-                shares=tuple(sorted(share.name for share in plan.quota_shares.all())),
-            )
-            for plan in plans
-        ),
-        ordering=Ordering(queue.ordering),
-        plan_drain_seconds=settings.PLAN_DRAIN_SECONDS,
-        gpus=dict(InstanceType.objects.values_list("name", "gpu_count")),
-        share_ids={share.name: share.pk for share in shares},
-    )
-    return validate(config)
-
-
-def history_jobs(*, queue: JobQueue, start: datetime | None, end: datetime | None) -> list[SimJob]:
-    """The queue's jobs submitted in the window, as they were submitted (see README for the run time rule)."""
-    jobs = Job.objects.filter(job_queue=queue)
-    if start:
-        jobs = jobs.filter(created_at__gte=start)
-    if end:
-        jobs = jobs.filter(created_at__lt=end)
-    rows = list(
-        jobs.order_by("id").values_list(
-            "id",
-            "quota_share__name",
-            "created_at",
-            "scheduling_priority",
-            "max_pending_seconds",
-            "preemption_retries_before_termination",
-            "duration_seconds",
-            "status",
-            "stopped_at",
-        )
-    )
-    ids = [row[0] for row in rows]
-    entries: dict[int, list[Entry]] = {}
-    for job_id, type_name, count, plan_name in (
-        JobPreference.objects.filter(job_id__in=ids)
-        .order_by("job_id", "position")
-        .values_list("job_id", "instance_type__name", "instance_count", "training_plan__name")
-    ):
-        entries.setdefault(job_id, []).append(Entry(type_name, count, plan_name))
-    last_attempt: dict[int, tuple] = {}
-    for job_id, scheduled_at, stopped_at in (
-        JobAttempt.objects.filter(job_id__in=ids)
-        .order_by("job_id", "scheduled_at", "id")
-        .values_list("job_id", "scheduled_at", "stopped_at")
-    ):
-        last_attempt[job_id] = (scheduled_at, stopped_at)
-    result = []
-    for (
-        job_id,
-        share,
-        created_at,
-        priority,
-        max_pending,
-        retries,
-        duration_seconds,
-        status,
-        stopped_at,
-    ) in rows:
-        duration = None
-        attempt = last_attempt.get(job_id)
-        if status == JobStatus.SUCCEEDED and attempt and attempt[1]:
-            duration = (attempt[1] - attempt[0]).total_seconds()
-        elif duration_seconds is not None:
-            duration = float(duration_seconds)
-        cancelled_at = stopped_at.timestamp() if status == JobStatus.CANCELLED and stopped_at else None
-        result.append(
-            SimJob(
-                id=job_id,
-                share=share,
-                submitted_at=created_at.timestamp(),
-                entries=tuple(entries.get(job_id, ())),
-                duration=duration,
-                priority=priority,
-                max_pending_seconds=max_pending,
-                preemption_retries_before_termination=retries,
-                cancelled_at=cancelled_at,
-            )
-        )
-    return result
