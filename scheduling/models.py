@@ -485,3 +485,68 @@ class PassHistogramBucket(models.Model):
             models.UniqueConstraint(fields=["job_queue"], condition=Q(le__isnull=True),
                                     name="pass_bucket_unique_total"),
         ]
+
+
+class WhatIfRun(models.Model):
+    """A what-if: one window of jobs replayed against a queue's configuration as it was (the baseline) and as
+    proposed, side by side. Written only by `services.whatif_run_*` and `services.whatif_apply`."""
+
+    class Source(models.TextChoices):
+        HISTORY = "HISTORY", "Recorded job history"
+        PHILLY = "PHILLY", "Philly trace"
+
+    class Status(models.TextChoices):
+        QUEUED = "QUEUED"
+        RUNNING = "RUNNING"
+        DONE = "DONE"
+        FAILED = "FAILED"
+
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="whatif_runs")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    window_start = models.DateTimeField()
+    window_days = models.FloatField()
+    # window_start + window_days, cut at the moment the run was asked for (history has no future).
+    window_end = models.DateTimeField()
+    # The queue's configuration when the run was asked for (`replay_sources.configuration_mapping`): what
+    # "current" replays, and what the queue must still be for the proposal to be applied.
+    baseline = models.JSONField()
+    # Every share's proposed values: [{"name", "limits": {type: n}, "strategy", "borrow_limit",
+    # "in_share_preemption"}], in the baseline's order.
+    proposal = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    progress = models.FloatField(default=0)
+    # When the worker last reported progress: a RUNNING run silent for long lost its worker.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    # {"current": metrics, "proposed": metrics}, each as `simulator.summarize` gives it, without the series.
+    result = models.JSONField(default=dict, blank=True)
+    # Chart name -> SVG text drawn by `scheduling.simulator.charts`.
+    charts = models.JSONField(default=dict, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    applied_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(progress__gte=0, progress__lte=1), name="whatif_progress_range"),
+            models.CheckConstraint(condition=Q(window_end__gt=models.F("window_start")),
+                                   name="whatif_window_ends_after_start"),
+            models.CheckConstraint(condition=Q(status__in=["QUEUED", "RUNNING", "DONE", "FAILED"]),
+                                   name="whatif_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"what-if #{self.pk} on {self.job_queue_id}"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return int(self.progress * 100)

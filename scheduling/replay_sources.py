@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -33,9 +34,14 @@ from scheduling.models import (
 from scheduling.simulator import Configuration, PlanConfig, ShareConfig, SimJob
 from scheduling.simulator import philly as philly_mapping
 from scheduling.simulator.config import MAX_PREFERENCES, entry_problem, validate
-from scheduling.simulator.trace import read_philly, read_philly_vcs
+from scheduling.simulator.trace import TraceRow, read_philly, read_philly_vcs
 
 DEFAULT_TRACE = Path(settings.REPLAY_TRACE)
+
+
+def philly_trace() -> Path:
+    """The Philly trace the pages read (REPLAY_TRACE), with philly_vc.csv beside it."""
+    return Path(settings.REPLAY_TRACE)
 
 
 # --- the live configuration ------------------------------------------------------------------------------
@@ -259,35 +265,40 @@ def trace_keep_fraction(capacity_gpus: float, vcs: Mapping[str, int]) -> float:
     return min(1.0, capacity_gpus / philly_gpus) if philly_gpus else 1.0
 
 
-def philly_jobs_for_queue(
-    *,
-    trace: Path,
-    start: datetime,
-    end: datetime,
-    configuration: Configuration,
-    seed: int = 1,
-) -> list[SimJob]:
-    """The Philly jobs submitted in [start, end), on the configuration's shares and instance types.
+@dataclass(frozen=True)
+class PhillyWindow:
+    rows: list[TraceRow]  # the jobs submitted in the window, by submission time
+    vcs: dict[str, int]  # every VC -> the nodes it was entitled to (1 for a VC missing from philly_vc.csv)
 
-    Deterministic for a trace, window and seed, and the same jobs for any configuration with the same
-    shares and capacity; only the entries a configuration could never run are left out (as a user would
-    leave them out), a job left with none keeping its first and being rejected, as in `philly.philly_jobs`.
-    """
-    vcs = read_philly_vcs(philly_vc_file(trace))
+
+def read_philly_window(trace: Path, *, start: datetime, end: datetime) -> PhillyWindow:
     rows = read_philly(trace, start=start, end=end)
+    vcs = read_philly_vcs(philly_vc_file(trace))
     for row in rows:
         vcs.setdefault(row.vc, 1)
-    keep = trace_keep_fraction(configuration.capacity_gpus(), vcs)
-    share_of = vc_assignment(vcs, configuration.shares)
+    return PhillyWindow(rows=rows, vcs=vcs)
+
+
+def philly_jobs_for_queue(
+    window: PhillyWindow, configuration: Configuration, *, seed: int = 1
+) -> list[SimJob]:
+    """The window's Philly jobs on the configuration's shares and instance types.
+
+    Deterministic for a trace, window and seed, and the same jobs for any configuration with the same shares
+    and capacity; only the entries a configuration could never run are left out (as a user would leave them
+    out), a job left with none keeping its first and being rejected, as in `philly.philly_jobs`.
+    """
+    keep = trace_keep_fraction(configuration.capacity_gpus(), window.vcs)
+    share_of = vc_assignment(window.vcs, configuration.shares)
     types = {name: configuration.gpus_of(name) for name in sorted(configuration.capacity)}
     jobs = []
-    for row in rows:
+    for row in window.rows:
         if random.Random(f"quotaportal-whatif:{seed}:{row.line}").random() >= keep:
             continue
-        share = configuration.share(share_of[row.vc])
         wanted = entries_for(row.num_gpus, types)
         if not wanted:
             continue
+        share = configuration.share(share_of[row.vc])
         runnable = [e for e in wanted if entry_problem(configuration, share, e, row.submitted_at) is None]
         u_priority, _, _ = philly_mapping.synthetic_draws(seed, row.line)
         jobs.append(

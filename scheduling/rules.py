@@ -80,8 +80,13 @@ def validate_quota_share(
     strategy: str,
     borrow_limit: int,
     limits: Sequence[LimitInput],
+    other_limits: dict[int, int] | None = None,
 ) -> None:
-    """A share's limits (1-5, one per type, >= 1) fit in the environment beside the other shares' (SPEC 1-2)."""
+    """A share's limits (1-5, one per type, >= 1) fit in the environment beside the other shares' (SPEC 1-2).
+
+    `other_limits` (instance type id -> the other shares' limits summed) stands for the database's when
+    several shares are checked as they would be once changed together (a what-if proposal).
+    """
     errors: Errors = {}
     share_id = share.pk if share is not None else None
     if share_id is None or share.job_queue_id != job_queue.pk:
@@ -103,7 +108,8 @@ def validate_quota_share(
     if repeated:
         _add(errors, "capacity_limits", f"instance type {', '.join(sorted(repeated))} is listed more than once")
     capacity = environment_capacity(job_queue)
-    others = share_limit_sums(job_queue, exclude_share_id=share_id)
+    others = (other_limits if other_limits is not None
+              else share_limit_sums(job_queue, exclude_share_id=share_id))
     for limit in limits:
         type_ = limit.instance_type
         if limit.max_capacity < 1:
