@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from scheduling.engine import Entry, Ordering, Strategy
 from scheduling.models import (
+    EnvironmentCapacity,
     InstanceType,
     Job,
     JobAttempt,
@@ -28,10 +30,11 @@ from scheduling.models import (
     JobQueue,
     JobStatus,
     QuotaShare,
+    ShareCapacityLimit,
     State,
     TrainingPlan,
 )
-from scheduling.simulator import Configuration, PlanConfig, ShareConfig, SimJob
+from scheduling.simulator import Configuration, ConfigurationError, PlanConfig, ShareConfig, SimJob
 from scheduling.simulator import philly as philly_mapping
 from scheduling.simulator.config import MAX_PREFERENCES, entry_problem, validate
 from scheduling.simulator.trace import TraceRow, read_philly, read_philly_vcs
@@ -48,11 +51,18 @@ def philly_trace() -> Path:
 
 
 def live_configuration(queue: JobQueue) -> Configuration:
-    """The queue's capacity, shares (with their database ids) and training plans, as they are now."""
+    """The queue's capacity, shares (with their database ids) and training plans as they are. 6 queries."""
     shares = list(
         QuotaShare.objects.filter(job_queue=queue)
-        .prefetch_related("capacity_limits__instance_type")
+        .prefetch_related(
+            Prefetch("capacity_limits", queryset=ShareCapacityLimit.objects.select_related("instance_type"))
+        )
         .order_by("id")
+    )
+    capacity = dict(
+        EnvironmentCapacity.objects.filter(service_environment_id=queue.service_environment_id).values_list(
+            "instance_type__name", "max_capacity"
+        )
     )
     plans = (
         TrainingPlan.objects.filter(job_queue=queue)
@@ -63,7 +73,7 @@ def live_configuration(queue: JobQueue) -> Configuration:
     config = Configuration(
         name=f"live-{queue.name}",
         description=f"queue {queue.name} as configured at {timezone.now():%Y-%m-%d %H:%M} UTC",
-        capacity=queue.service_environment.capacity_by_type(),
+        capacity=capacity,
         shares=tuple(
             ShareConfig(
                 name=share.name,
@@ -131,6 +141,42 @@ def configuration_mapping(config: Configuration) -> dict[str, Any]:
             for plan in config.plans
         ],
     }
+
+
+def configuration_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What differs between two configuration mappings, in words (`share vision: strategy, limits`)."""
+    changes = []
+    for type_ in sorted(set(before["capacity"]) | set(after["capacity"])):
+        old, new = before["capacity"].get(type_), after["capacity"].get(type_)
+        if old != new:
+            changes.append(f"capacity of {type_}: {old if old is not None else 'none'} -> "
+                           f"{new if new is not None else 'none'}")
+    old_shares = {share["name"]: share for share in before["shares"]}
+    new_shares = {share["name"]: share for share in after["shares"]}
+    for name in sorted(set(old_shares) - set(new_shares)):
+        changes.append(f"share {name} was removed")
+    for name in sorted(set(new_shares) - set(old_shares)):
+        changes.append(f"share {name} was added")
+    for name in [share["name"] for share in before["shares"] if share["name"] in new_shares]:
+        fields = sorted(key for key in set(old_shares[name]) | set(new_shares[name])
+                        if old_shares[name].get(key) != new_shares[name].get(key))
+        if fields:
+            changes.append(f"share {name}: {', '.join(fields)}")
+    if before["plans"] != after["plans"]:
+        changes.append("training plans")
+    for key in ("ordering", "plan_drain_seconds", "instance_types"):
+        if before.get(key) != after.get(key):
+            changes.append(key.replace("_", " "))
+    return changes
+
+
+def changes_since(queue: JobQueue, baseline: dict[str, Any]) -> list[str]:
+    """What differs between the queue now and `baseline` (a configuration mapping), in words; [] if none."""
+    try:
+        live = configuration_mapping(live_configuration(queue))
+    except ConfigurationError as error:
+        return [str(error)]
+    return configuration_changes(baseline, {**live, "name": baseline["name"]})
 
 
 # --- recorded job history --------------------------------------------------------------------------------

@@ -1037,33 +1037,6 @@ def whatif_run_execute(*, run_id: int) -> WhatIfRun | None:
     return WhatIfRun.objects.get(pk=run_id)
 
 
-def whatif_configuration_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """What differs between two configuration mappings, in words (`share vision: strategy, limits`)."""
-    changes = []
-    for type_ in sorted(set(before["capacity"]) | set(after["capacity"])):
-        old, new = before["capacity"].get(type_), after["capacity"].get(type_)
-        if old != new:
-            changes.append(f"capacity of {type_}: {old if old is not None else 'none'} -> "
-                           f"{new if new is not None else 'none'}")
-    old_shares = {share["name"]: share for share in before["shares"]}
-    new_shares = {share["name"]: share for share in after["shares"]}
-    for name in sorted(set(old_shares) - set(new_shares)):
-        changes.append(f"share {name} was removed")
-    for name in sorted(set(new_shares) - set(old_shares)):
-        changes.append(f"share {name} was added")
-    for name in [share["name"] for share in before["shares"] if share["name"] in new_shares]:
-        fields = sorted(key for key in set(old_shares[name]) | set(new_shares[name])
-                        if old_shares[name].get(key) != new_shares[name].get(key))
-        if fields:
-            changes.append(f"share {name}: {', '.join(fields)}")
-    if before["plans"] != after["plans"]:
-        changes.append("training plans")
-    for key in ("ordering", "plan_drain_seconds", "instance_types"):
-        if before.get(key) != after.get(key):
-            changes.append(key.replace("_", " "))
-    return changes
-
-
 def whatif_apply_steps(
     *, current: dict[str, dict[str, int]], proposed: dict[str, dict[str, int]], capacity: dict[str, int],
     changed: Sequence[str],
@@ -1123,9 +1096,7 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
         who = run.applied_by.get_username() if run.applied_by else "someone"
         raise Conflict(f"what-if #{run.pk} was already applied by {who} at "
                        f"{run.applied_at:%Y-%m-%d %H:%M} UTC")
-    live = replay_sources.configuration_mapping(replay_sources.live_configuration(job_queue))
-    live["name"] = run.baseline["name"]
-    changes = whatif_configuration_changes(run.baseline, live)
+    changes = replay_sources.changes_since(job_queue, run.baseline)
     if changes:
         raise Conflict(f"queue {job_queue.name} has changed since what-if #{run.pk} ran "
                        f"({'; '.join(changes)}), so its result no longer describes the queue: "

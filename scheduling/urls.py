@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling.views import events, jobs, manage, overview, shares
+from scheduling.views import events, jobs, manage, overview, shares, whatif
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
@@ -31,4 +31,7 @@ urlpatterns = [
     path("manage/plans/", manage.plan_timeline, name="manage_plans"),
     path("manage/plans/new/", manage.plan_edit, name="manage_plan_new"),
     path("manage/plans/<int:plan_id>/", manage.plan_edit, name="manage_plan_edit"),
+    path("manage/whatif/", whatif.whatif_new, name="manage_whatif"),
+    path("manage/whatif/<int:run_id>/", whatif.whatif_run, name="manage_whatif_run"),
+    path("manage/whatif/<int:run_id>/apply/", whatif.whatif_apply, name="manage_whatif_apply"),
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from scheduling.views.charts import stacked_bar
 
@@ -68,3 +70,15 @@ def ago(moment, now=None) -> str:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@register.filter
+def inline_svg(svg: str | None):
+    """A chart the replay drew, put in the page as it is once it proves to be plain SVG (no script, no event
+    handler); anything else becomes a note instead."""
+    from scheduling.services import svg_problem
+
+    problem = svg_problem(svg or "")
+    if problem:
+        return format_html('<p class="muted">This chart cannot be shown: {}.</p>', problem)
+    return mark_safe(svg)  # checked by svg_problem just above

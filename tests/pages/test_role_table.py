@@ -6,12 +6,15 @@ account (holds report_job_status, no team), staff. The job at stake belongs to t
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
-from scheduling.models import Membership
+from scheduling.models import Membership, WhatIfRun
 from tests.factories import MembershipFactory, UserFactory, job_in
 from tests.pages.conftest import P5, htmx_headers
 
@@ -28,8 +31,12 @@ def people(world):
     executor = UserFactory(username="executor")
     executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
     job = job_in(world.nlp, [(P5, 1)], user=world.ana, name="nlp-job")
+    now = timezone.now()
+    whatif = WhatIfRun.objects.create(job_queue=world.queue, source=WhatIfRun.Source.HISTORY, window_days=1,
+                                      window_start=now - timedelta(days=1), window_end=now, baseline={},
+                                      proposal=[])
     return {"member": world.ana, "manager": world.ben, "other_manager": other_manager, "executor": executor,
-            "staff": world.admin, "job": job}
+            "staff": world.admin, "job": job, "whatif": whatif}
 
 
 def client_as(role: str, people) -> Client:
@@ -51,7 +58,7 @@ def expected(role: str, rule: str):
     return OK if role in ("member", "manager", "staff") else NOT_FOUND
 
 
-def pages(world, job):
+def pages(world, job, whatif):
     """(method, url, rule, htmx target or None)"""
     return [
         ("get", reverse("overview"), "signed-in", None),
@@ -70,13 +77,17 @@ def pages(world, job):
         ("get", reverse("manage_share_edit", args=[world.nlp.pk]), "staff", None),
         ("get", reverse("manage_plans"), "staff", None),
         ("get", reverse("manage_plan_edit", args=[world.plan.pk]), "staff", None),
+        ("get", reverse("manage_whatif"), "staff", None),
+        ("get", reverse("manage_whatif"), "staff", "whatif-editor"),
+        ("get", reverse("manage_whatif_run", args=[whatif.pk]), "staff", None),
+        ("get", reverse("manage_whatif_run", args=[whatif.pk]), "staff", "whatif-live"),
     ]
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_every_role_gets_what_it_may_from_every_page_and_fragment(world, people, role):
     client = client_as(role, people)
-    for method, url, rule, target in pages(world, people["job"]):
+    for method, url, rule, target in pages(world, people["job"], people["whatif"]):
         response = client.get(url, headers=htmx_headers(target) if target else {})
         want = expected(role, rule)
         if want == SIGN_IN:
@@ -115,6 +126,8 @@ POSTS = [
     ("manage_environment_new", (), {}),
     ("manage_share_new", (), {}),
     ("manage_plan_new", (), {}),
+    ("manage_whatif", (), {}),
+    ("manage_whatif_apply", ("whatif",), {"confirm": "on"}),
     ("logout", (), {}),
 ]
 

@@ -1,0 +1,252 @@
+"""The what-if pages: the editor prefilled with the queue's shares, errors next to the field at fault, a run's
+live progress, the side-by-side result with its charts, and applying it (confirmed, refused when stale)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduling import services
+from scheduling.models import InstanceType, QuotaShare, WhatIfRun
+from tests.factories import job_in
+from tests.pages.conftest import G5, P4, P5, htmx_headers
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def begin():
+    return (timezone.now() - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@pytest.fixture
+def history(world, begin):
+    """Vision wants more P4 than its 6 for two hours while nlp, whose 4 P4 sit idle, lends nothing (RESERVE)."""
+    for n in range(4):
+        at = begin + timedelta(minutes=n)
+        job_in(world.vision, [(P4, 5)], name=f"vision-{n}", created_at=at, runnable_since=at,
+               duration_seconds=3600)
+    at = begin + timedelta(minutes=5)
+    job_in(world.speech, [(G5, 2)], name="speech-0", created_at=at, runnable_since=at, duration_seconds=1800)
+
+
+def ids(name: str) -> int:
+    return InstanceType.objects.get(name=name).pk
+
+
+def editor_data(world, begin, **overrides) -> dict:
+    """The editor's form as it comes prefilled, with `overrides` (field name -> value) on top."""
+    data = {"job_queue": world.queue.pk, "source": "HISTORY", "start": begin.strftime("%Y-%m-%dT%H:%M"),
+            "days": "1"}
+    for share in (world.nlp, world.vision, world.speech):
+        data[f"s{share.pk}-strategy"] = share.strategy
+        data[f"s{share.pk}-borrow_limit"] = share.borrow_limit
+        if share.in_share_preemption:
+            data[f"s{share.pk}-in_share_preemption"] = "on"
+        for limit in share.capacity_limits.all():
+            data[f"s{share.pk}-limit_{limit.instance_type_id}"] = limit.max_capacity
+    data.update(overrides)
+    return data
+
+
+def lend_nlp(world):
+    return {f"s{world.nlp.pk}-strategy": "LEND"}
+
+
+# nlp lends its idle P4, and vision may borrow without a limit: 16 P4 for vision instead of 12.
+LENDING = [
+    services.ShareProposal("nlp", {P5: 4, P4: 4}, "LEND"),
+    services.ShareProposal("vision", {P4: 6, G5: 8}, "LEND_AND_BORROW", borrow_limit=-1),
+]
+
+
+def done_run(world, begin) -> WhatIfRun:
+    run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
+                                    actor=world.admin, proposal=LENDING)
+    return services.whatif_run_execute(run_id=run.pk)
+
+
+# --- the editor -------------------------------------------------------------------------------------------------
+
+
+def test_the_editor_shows_every_share_prefilled_with_its_values_and_the_capacity(world, client_for):
+    page = client_for(world.admin).get(reverse("manage_whatif")).content.decode()
+    assert "Proposal for queue training" in page
+    assert f'name="s{world.vision.pk}-borrow_limit" value="100"' in page
+    assert f'name="s{world.nlp.pk}-limit_{ids(P5)}" value="4"' in page
+    assert f'<option value="LEND_AND_BORROW" selected>' in page
+    assert '<td class="num">16</td>' in page  # P4 capacity, under the limits
+    assert 'name="source" value="HISTORY"' in page and "checked" in page
+
+
+def test_choosing_a_queue_answers_only_the_editor_to_htmx(world, client_for):
+    response = client_for(world.admin).get(
+        reverse("manage_whatif"), {"job_queue": world.queue.pk}, headers=htmx_headers("whatif-editor"))
+    page = response.content.decode()
+    assert page.lstrip().startswith('<div id="whatif-editor">')
+    assert "Past runs" not in page
+
+
+def test_submitting_a_proposal_starts_a_run_and_goes_to_its_page(world, client_for, begin, history):
+    response = client_for(world.admin).post(reverse("manage_whatif"), editor_data(world, begin, **lend_nlp(world)))
+    run = WhatIfRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse("manage_whatif_run", args=[run.pk])
+    assert run.status == WhatIfRun.Status.QUEUED and run.created_by == world.admin
+    assert {p["name"]: p["strategy"] for p in run.proposal}["nlp"] == "LEND"
+
+
+def test_a_bad_borrow_limit_is_shown_next_to_that_shares_field(world, client_for, begin, history):
+    response = client_for(world.admin).post(
+        reverse("manage_whatif"), editor_data(world, begin, **{f"s{world.nlp.pk}-borrow_limit": 50}))
+    assert response.status_code == 400
+    page = response.content.decode()
+    slot = page.index(f'id="errors-s{world.nlp.pk}-borrow_limit"')
+    assert "share nlp: borrow_limit applies only to LEND_AND_BORROW shares" in page[slot:slot + 300]
+    assert f'name="s{world.nlp.pk}-borrow_limit" value="50"' in page  # what was typed is kept
+    assert not WhatIfRun.objects.exists()
+
+
+def test_limits_beyond_the_capacity_are_shown_on_the_shares_rows(world, client_for, begin, history):
+    response = client_for(world.admin).post(
+        reverse("manage_whatif"), editor_data(world, begin, **{f"s{world.vision.pk}-limit_{ids(P4)}": 12}))
+    assert response.status_code == 400
+    page = response.content.decode()
+    row = page.index(f'id="errors-share-{world.vision.pk}"')
+    assert "share vision: ml.p4d.24xlarge: limits would total 20 but the environment has 16" in page[row:row + 400]
+
+
+def test_field_errors_of_the_window_and_an_unchanged_proposal_are_named(world, client_for, begin, history):
+    client = client_for(world.admin)
+    page = client.post(reverse("manage_whatif"), editor_data(world, begin, days="0")).content.decode()
+    assert "Ensure this value is greater than or equal to 0.041" in page
+    page = client.post(reverse("manage_whatif"), editor_data(world, begin)).content.decode()
+    assert "the proposal is the queue&#x27;s configuration as it is: change at least one share" in page
+    far = (begin - timedelta(days=20)).strftime("%Y-%m-%dT%H:%M")
+    page = client.post(reverse("manage_whatif"), editor_data(world, begin, start=far, **lend_nlp(world))).content.decode()
+    slot = page.index('id="errors-start"')
+    assert "queue training has no jobs submitted between" in page[slot:slot + 300]
+
+
+def test_a_past_run_prefills_the_editor_to_run_it_again(world, client_for, begin, history):
+    run = done_run(world, begin)
+    page = client_for(world.admin).get(reverse("manage_whatif"), {"from_run": run.pk}).content.decode()
+    assert f"Prefilled with the shares as they are in what-if #{run.pk}" in page
+    nlp_strategy = page[page.index(f'name="s{world.nlp.pk}-strategy"'):]
+    assert nlp_strategy.index('value="LEND" selected') < nlp_strategy.index("</select>")
+
+
+def test_the_editor_keeps_its_query_budget(world, client_for, begin, history, django_assert_max_num_queries):
+    client = client_for(world.admin)
+    done_run(world, begin)
+    # session + user, the queue, its shares, their limits, capacity, instance types, past runs, the queue picker
+    with django_assert_max_num_queries(9):
+        assert client.get(reverse("manage_whatif")).status_code == 200
+
+
+# --- a run --------------------------------------------------------------------------------------------------------
+
+
+def test_a_queued_run_shows_a_progress_bar_that_polls_itself(world, client_for, begin, history):
+    run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
+                                    actor=world.admin, proposal=[services.ShareProposal("nlp", {P5: 4, P4: 4}, "LEND")])
+    page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
+    assert "Waiting for a worker" in page
+    assert '<progress id="whatif-progress" max="100" value="0"' in page
+    assert f'hx-get="{reverse("manage_whatif_run", args=[run.pk])}" hx-trigger="every 1s, poll-now"' in page
+    assert "data-poll" in page
+
+
+def test_the_progress_fragment_follows_the_run_and_stops_polling_once_done(world, client_for, begin, history):
+    client = client_for(world.admin)
+    run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
+                                    actor=world.admin, proposal=[services.ShareProposal("nlp", {P5: 4, P4: 4}, "LEND")])
+    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.62)
+    url = reverse("manage_whatif_run", args=[run.pk])
+    fragment = client.get(url, headers=htmx_headers("whatif-live")).content.decode()
+    assert fragment.lstrip().startswith('<div id="whatif-live"')
+    assert "Replaying the proposal" in fragment and 'value="62"' in fragment and "62%" in fragment
+    assert "What-if #" not in fragment  # just the region
+
+    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.QUEUED, progress=0)
+    services.whatif_run_execute(run_id=run.pk)
+    fragment = client.get(url, headers=htmx_headers("whatif-live")).content.decode()
+    assert "hx-get" not in fragment and "Current and proposed, per team" in fragment
+
+
+def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(world, client_for, begin, history):
+    run = done_run(world, begin)
+    page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
+    assert '<span class="was">RESERVE</span> → <strong>LEND</strong>' in page
+    vision = page.index("<h3>vision <small")
+    card = page[vision:page.index("</section>", vision)]
+    # Vision runs three of its 5-P4 jobs at once instead of two: its median wait falls from half an hour to
+    # nothing, and the change is marked better.
+    assert re.search(r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*'
+                     r'<td class="num">29m</td>\s*<td class="num">0s</td>\s*<td class="num change">−29m', card)
+    assert '<span class="was">LEND_AND_BORROW (100%)</span> → <strong>LEND_AND_BORROW (unlimited)</strong>' in card
+    assert page.count("<svg") >= 3 and "GPUs in use per share - proposed" in page
+    assert "<script" not in page.split("</head>")[1]
+    assert "Apply this proposal" in page and 'name="confirm"' in page
+
+
+def test_a_failed_run_says_why_and_offers_to_run_it_again(world, client_for, begin, history):
+    run = done_run(world, begin)
+    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.FAILED, error="the trace is unreadable")
+    page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
+    assert "the trace is unreadable" in page and f"?from_run={run.pk}" in page
+    assert "Apply this proposal" not in page
+
+
+def test_the_run_page_keeps_its_query_budget(world, client_for, begin, history, django_assert_max_num_queries):
+    run = done_run(world, begin)
+    client = client_for(world.admin)
+    # session + user, run, teams, and the queue as it is now (shares, limits, plans, their shares, types, capacity)
+    with django_assert_max_num_queries(11):
+        assert client.get(reverse("manage_whatif_run", args=[run.pk])).status_code == 200
+    with django_assert_max_num_queries(11):
+        client.get(reverse("manage_whatif_run", args=[run.pk]), headers=htmx_headers("whatif-live"))
+
+
+# --- applying -----------------------------------------------------------------------------------------------------
+
+
+def test_applying_needs_the_confirmation_then_changes_the_shares(world, client_for, begin, history):
+    run = done_run(world, begin)
+    client = client_for(world.admin)
+    url = reverse("manage_whatif_apply", args=[run.pk])
+
+    refused = client.post(url, {})
+    assert refused.status_code == 400 and "Tick the box to confirm" in refused.content.decode()
+    assert QuotaShare.objects.get(name="nlp").strategy == "RESERVE"
+
+    applied = client.post(url, {"confirm": "on"}, follow=True)
+    assert QuotaShare.objects.get(name="nlp").strategy == "LEND"
+    page = applied.content.decode()
+    assert f"Applied what-if #{run.pk} to queue training: changed shares nlp, vision." in page
+    assert "Applied by admin on" in page
+
+
+def test_applying_a_stale_run_is_refused_with_what_changed(world, client_for, begin, history):
+    run = done_run(world, begin)
+    services.quota_share_update(share=world.speech, changes={"strategy": "RESERVE"}, limits=None,
+                                actor=world.admin)
+    client = client_for(world.admin)
+    page = client.get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
+    assert "has changed since this run started (share speech: strategy)" in page
+    assert 'name="confirm"' not in page
+
+    response = client.post(reverse("manage_whatif_apply", args=[run.pk]), {"confirm": "on"})
+    assert response.status_code == 409
+    assert QuotaShare.objects.get(name="nlp").strategy == "RESERVE"
+
+
+def test_the_what_if_pages_are_for_staff(world, client_for, begin, history):
+    run = done_run(world, begin)
+    member = client_for(world.ana)
+    assert member.get(reverse("manage_whatif")).status_code == 403
+    assert member.post(reverse("manage_whatif_apply", args=[run.pk]), {"confirm": "on"}).status_code == 403
+    assert QuotaShare.objects.get(name="nlp").strategy == "RESERVE"
