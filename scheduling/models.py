@@ -279,7 +279,6 @@ class Job(models.Model):
         TrainingPlan, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
     )
     borrowed_instances = models.PositiveIntegerField(default=0)
-    queue_position = models.PositiveIntegerField(null=True, blank=True)
     preemption_count = models.PositiveIntegerField(default=0)
     failed_attempts = models.PositiveSmallIntegerField(default=0)
 
@@ -320,6 +319,43 @@ class Job(models.Model):
     @property
     def is_placed(self) -> bool:
         return self.status in PLACED_STATUSES
+
+    @property
+    def waiting(self) -> PendingState | None:
+        """The last pass's verdict on a RUNNABLE job (load with `select_related("pending")`), else None."""
+        if self.status != JobStatus.RUNNABLE:
+            return None
+        try:
+            return self.pending
+        except PendingState.DoesNotExist:
+            return None
+
+    @property
+    def current_reason(self) -> str:
+        """What the API and pages call `status_reason`: why it waits if RUNNABLE, else its last transition's reason."""
+        waiting = self.waiting
+        return waiting.status_reason if waiting is not None else self.status_reason
+
+    @property
+    def queue_position(self) -> int | None:
+        waiting = self.waiting
+        return waiting.queue_position if waiting is not None else None
+
+
+class PendingState(models.Model):
+    """Why a RUNNABLE job waits and its place in its share's queue, as the last pass found them.
+
+    A pass rewrites thousands of these; kept apart from Job they are narrow rows with one index, not new
+    versions of wide job rows with seven. A pass deletes the row once the job leaves RUNNABLE; so does a
+    cancellation. `Job.status_reason` keeps the reason of the job's last transition (preempted, retrying...).
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="pending")
+    status_reason = models.TextField()
+    queue_position = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} #{self.queue_position}: {self.status_reason}"
 
 
 class JobPreference(models.Model):

@@ -382,8 +382,8 @@ def _pending_heads(
     oldest = dict(runnable.values_list("quota_share_id").annotate(since=Min("runnable_since")).order_by())
     heads = {
         row["quota_share_id"]: row
-        for row in runnable.filter(queue_position=1).order_by("quota_share_id", "id").values(
-            "id", "name", "team_id", "quota_share_id", "quota_share__name", "status_reason")
+        for row in runnable.filter(pending__queue_position=1).order_by("quota_share_id", "id").values(
+            "id", "name", "team_id", "quota_share_id", "quota_share__name", "pending__status_reason")
     }
     wanted: dict[int, set[str]] = {}
     for share_id, type_name in (
@@ -425,7 +425,7 @@ def overview(*, viewer: Viewer, long_wait_since: datetime, eviction_limit: int =
             if head is not None and viewer.sees_team(head["team_id"]):
                 card.head_job = _job_ref(viewer, job_id=head["id"], name=head["name"],
                                          team_id=head["team_id"], share_name=head["quota_share__name"])
-                card.head_reason = head["status_reason"]
+                card.head_reason = head["pending__status_reason"]
             card.evictions = [e for e in recent if e.share_id == share.id][:3]
             cards.append(card)
         result.append(QueueOverview(
@@ -493,8 +493,8 @@ def share_detail(*, viewer: Viewer, share: QuotaShare, job_limit: int = 100) -> 
             placed.select_related("selected_instance_type", "selected_training_plan", "submitted_by")
             .defer("payload").order_by("-scheduled_at", "-id")[:job_limit])
         pending = list(Job.objects.filter(quota_share=share, status=JobStatus.RUNNABLE)
-                       .select_related("submitted_by").defer("payload")
-                       .order_by(F("queue_position").asc(nulls_last=True), "-scheduling_priority",
+                       .select_related("submitted_by", "pending").defer("payload")
+                       .order_by(F("pending__queue_position").asc(nulls_last=True), "-scheduling_priority",
                                  "created_at", "id")
                        [:job_limit])
     running_count = placed.count()
@@ -524,7 +524,8 @@ def job_list(*, viewer: Viewer, filters: JobFilters):
         jobs = jobs.filter(quota_share_id=filters.share_id)
     if filters.team_id:
         jobs = jobs.filter(team_id=filters.team_id)
-    return (jobs.select_related("job_queue", "quota_share", "team", "selected_instance_type", "submitted_by")
+    return (jobs.select_related("job_queue", "quota_share", "team", "selected_instance_type", "submitted_by",
+                                "pending")
             .defer("payload", "job_queue__service_environment_id").order_by("-created_at", "-id"))
 
 
@@ -532,7 +533,7 @@ def job_for_viewer(*, viewer: Viewer, job_id: int) -> Job | None:
     """The job with its preference list and attempts, or None when the viewer may not see it. 3 queries."""
     jobs = Job.objects.select_related(
         "job_queue", "quota_share", "team", "submitted_by", "selected_instance_type",
-        "selected_training_plan",
+        "selected_training_plan", "pending",
     ).prefetch_related(
         Prefetch("instance_preferences",
                  queryset=JobPreference.objects.select_related("instance_type", "training_plan")),

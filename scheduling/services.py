@@ -38,6 +38,7 @@ from scheduling.models import (
     JobQueue,
     JobStatus,
     Membership,
+    PendingState,
     QuotaShare,
     SchedulingPass,
     ServiceEnvironment,
@@ -387,7 +388,7 @@ def _job_stop(*, job: Job, status: str, reason: str, now) -> None:
     job.status = status
     job.status_reason = reason
     update = ["status", "status_reason", "failed_attempts", "selected_instance_type", "selected_instance_count",
-              "selected_training_plan", "borrowed_instances", "queue_position", "stopped_at", "runnable_since"]
+              "selected_training_plan", "borrowed_instances", "stopped_at", "runnable_since"]
     if status == JobStatus.RUNNABLE:
         # Back in the queue it holds nothing; a finished job keeps what it last ran on.
         job.runnable_since = now
@@ -398,8 +399,9 @@ def _job_stop(*, job: Job, status: str, reason: str, now) -> None:
     else:
         job.stopped_at = now
     job.borrowed_instances = 0
-    job.queue_position = None
     job.save(update_fields=update)
+    # Only a pass says why a job waits; until the next one, its status_reason is this transition's.
+    PendingState.objects.filter(job_id=job.pk).delete()
     if was_placed:
         JobAttempt.objects.filter(job=job, stopped_at__isnull=True).update(stopped_at=now, status_reason=reason)
 

@@ -8,15 +8,16 @@ queue's row lock inside one transaction (see `services.queue_pass_run`).
 from __future__ import annotations
 
 import itertools
-import logging
 import json
+import logging
+import operator
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Max, Model, QuerySet
+from django.db.models import JSONField, Max, Model, QuerySet
 
 from scheduling import engine
 from scheduling.engine import accounting
@@ -33,6 +34,7 @@ from scheduling.models import (
     JobPreference,
     JobQueue,
     JobStatus,
+    PendingState,
     QuotaShare,
     SchedulingPass,
     ShareCapacityLimit,
@@ -44,11 +46,12 @@ from scheduling.models import (
 _JOB_COLUMNS = (
     "id", "name", "quota_share_id", "scheduling_priority", "created_at", "status", "selected_instance_type_id",
     "selected_instance_count", "selected_training_plan_id", "scheduled_at", "runnable_since",
-    "max_pending_seconds", "preemption_count", "preemption_retries_before_termination", "status_reason",
-    "queue_position", "borrowed_instances",
+    "max_pending_seconds", "preemption_count", "preemption_retries_before_termination", "pending__status_reason",
+    "pending__queue_position", "borrowed_instances",
 )
 decision_logger = logging.getLogger("quotaportal.scheduling.decisions")
-_SHARE, _REASON, _POSITION = (_JOB_COLUMNS.index(name) for name in ("quota_share_id", "status_reason", "queue_position"))
+_SHARE, _REASON, _POSITION = (
+    _JOB_COLUMNS.index(name) for name in ("quota_share_id", "pending__status_reason", "pending__queue_position"))
 
 
 @dataclass
@@ -119,17 +122,16 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
     # Jobs before their preference lists: a submission may commit while the pass reads (it does not wait for
     # the queue lock), and its job and list commit together, so a job read here has its list read below.
     job_rows = list(reads["jobs"])
-    # Many jobs ask for the same entries; frozen Entry objects are shared rather than built 30,000 times.
+    # Many jobs ask for the same list: each distinct list (and entry) is built once and shared, not 30,000 times.
     entry_cache: dict[tuple, et.Entry] = {}
-    entries: dict[int, list[et.Entry]] = {}
-    for job_id, type_id, count, plan_id in reads["preferences"]:
-        key = (type_id, count, plan_id)
-        entry = entry_cache.get(key)
-        if entry is None:
-            entry = entry_cache[key] = et.Entry(
-                instance_type=type_names[type_id], instance_count=count,
-                training_plan=plan_names.get(plan_id) if plan_id else None)
-        entries.setdefault(job_id, []).append(entry)
+    list_cache: dict[tuple, tuple[et.Entry, ...]] = {}
+    entries: dict[int, tuple[et.Entry, ...]] = {}
+    for job_id, rows in itertools.groupby(reads["preferences"], key=operator.itemgetter(0)):
+        keys = tuple(row[1:] for row in rows)
+        found = list_cache.get(keys)
+        if found is None:
+            found = list_cache[keys] = tuple(_entry(entry_cache, key, type_names, plan_names) for key in keys)
+        entries[job_id] = found
     index = Index(
         type_ids={name: type_id for type_id, name in type_names.items()},
         type_names=type_names,
@@ -153,7 +155,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             )
         jobs.append(et.Job(
             id=job_id, share_id=share_id, priority=priority, submitted_at=created_at,
-            entries=tuple(entries.get(job_id, ())), status=status, placement=placement,
+            entries=entries.get(job_id, ()), status=status, placement=placement,
             runnable_since=runnable_since, max_pending_seconds=max_pending, preemption_count=preemptions,
             preemption_retries_before_termination=preemption_retries,
         ))
@@ -163,6 +165,15 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
         queue_enabled=job_queue.enabled,
     )
     return snap, index
+
+
+def _entry(cache: dict[tuple, et.Entry], key: tuple, type_names: dict[int, str], plan_names: dict[int, str]) -> et.Entry:
+    entry = cache.get(key)
+    if entry is None:
+        type_id, count, plan_id = key
+        entry = cache[key] = et.Entry(instance_type=type_names[type_id], instance_count=count,
+                                      training_plan=plan_names.get(plan_id) if plan_id else None)
+    return entry
 
 
 @dataclass
@@ -176,11 +187,9 @@ class PassOutcome:
 
 
 _FULL_FIELDS = (
-    "status", "status_reason", "queue_position", "selected_instance_type_id", "selected_instance_count",
-    "selected_training_plan_id", "borrowed_instances", "scheduled_at", "runnable_since", "stopped_at",
-    "preemption_count",
+    "status", "status_reason", "selected_instance_type_id", "selected_instance_count", "selected_training_plan_id",
+    "borrowed_instances", "scheduled_at", "runnable_since", "stopped_at", "preemption_count",
 )
-_PENDING_FIELDS = ("status_reason", "queue_position")
 
 
 def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: float) -> PassOutcome:
@@ -294,7 +303,7 @@ def decisions_write(
     def back_to_queue(job: dict, reason: str) -> None:
         job.update(status=JobStatus.RUNNABLE, status_reason=reason, selected_instance_type_id=None,
                    selected_instance_count=None, selected_training_plan_id=None, borrowed_instances=0,
-                   runnable_since=now, stopped_at=None, queue_position=None)
+                   runnable_since=now, stopped_at=None)
 
     for drain in decisions.drains:
         job = row(drain.job_id)
@@ -316,8 +325,7 @@ def decisions_write(
         if preemption.fails:
             reason = (f"PREEMPTION_RETRIES_EXHAUSTED: preempted {job['preemption_count']} time(s), "
                       f"the limit is {job['preemption_retries_before_termination']}; last: {preemption.message}")
-            job.update(status=JobStatus.FAILED, status_reason=reason, borrowed_instances=0, stopped_at=now,
-                       queue_position=None)
+            job.update(status=JobStatus.FAILED, status_reason=reason, borrowed_instances=0, stopped_at=now)
             event(EventKind.FAILED, preemption.job_id, reason)
         else:
             back_to_queue(job, f"{code}: {preemption.message}")
@@ -325,7 +333,7 @@ def decisions_write(
     for timeout in decisions.timeouts:
         job = row(timeout.job_id)
         reason = f"PENDING_TIMEOUT: {timeout.message}"
-        job.update(status=JobStatus.FAILED, status_reason=reason, stopped_at=now, queue_position=None)
+        job.update(status=JobStatus.FAILED, status_reason=reason, stopped_at=now)
         event(EventKind.FAILED, timeout.job_id, reason)
 
     attempts: list[dict] = []
@@ -335,8 +343,7 @@ def decisions_write(
         admitted.append(admission.job_id)
         type_id = index.type_ids[admission.instance_type]
         plan_id = index.plan_ids.get(admission.training_plan) if admission.training_plan else None
-        job.update(status=JobStatus.SCHEDULED, status_reason=admission.message, queue_position=None,
-                   selected_instance_type_id=type_id, selected_instance_count=admission.instance_count,
+        job.update(status=JobStatus.SCHEDULED, status_reason=admission.message, selected_instance_type_id=type_id, selected_instance_count=admission.instance_count,
                    selected_training_plan_id=plan_id, borrowed_instances=admission.borrowed, scheduled_at=now,
                    stopped_at=None)
         attempts.append(dict(job_id=admission.job_id, instance_type_id=type_id,
@@ -353,14 +360,18 @@ def decisions_write(
             event(EventKind.FALLBACK, admission.job_id,
                   f"fell back to entry {admission.entry_index + 1}: {admission.message}", **placed)
 
-    pending_only: dict[int, dict] = {}
+    # Only the reasons and positions that changed are rewritten (every one on a queue's first pass).
+    waiting: list[dict] = []
     for pending in decisions.pending:
-        if pending.job_id in changed:
-            changed[pending.job_id].update(status_reason=pending.reason, queue_position=pending.queue_position)
-            continue
         current = index.jobs[pending.job_id]
         if current[_REASON] != pending.reason or current[_POSITION] != pending.queue_position:
-            pending_only[pending.job_id] = {"status_reason": pending.reason, "queue_position": pending.queue_position}
+            waiting.append(dict(job_id=pending.job_id, status_reason=pending.reason,
+                                queue_position=pending.queue_position))
+    still_waiting = {pending.job_id for pending in decisions.pending}
+    # Rows to remove: the rewritten ones that exist, and those of jobs that left the queue in this pass.
+    stale = [row["job_id"] for row in waiting if index.jobs[row["job_id"]][_REASON] is not None]
+    stale += [job_id for job_id, current in index.jobs.items()
+              if current[_REASON] is not None and job_id not in still_waiting]
 
     if stopped:
         open_attempts = JobAttempt.objects.filter(job_id__in=list(stopped), stopped_at__isnull=True)
@@ -369,7 +380,8 @@ def decisions_write(
             for attempt_id, job_id in open_attempts.values_list("id", "job_id")
         })
     rows_update(model=Job, fields=_FULL_FIELDS, rows=changed)
-    rows_update(model=Job, fields=_PENDING_FIELDS, rows=pending_only)
+    rows_delete(PendingState, stale)
+    rows_insert(PendingState, waiting)
     rows_insert(JobAttempt, attempts)
     rows_insert(Event, events)
     return admitted, preempted
@@ -403,7 +415,8 @@ def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, 
         with connection.cursor() as cursor:
             cursor.execute(f"CREATE TEMPORARY TABLE {staging} ({definition}) ON COMMIT DROP")
             copy_rows(cursor, staging, ("id", *fields),
-                      ([row_id, *(rows[row_id][name] for name in fields)] for row_id in ids))
+                      ([row_id, *[rows[row_id][name] for name in fields]] for row_id in ids),
+                      json_at=[i + 1 for i, name in enumerate(fields) if isinstance(columns[name], JSONField)])
             cursor.execute(f"ANALYZE {staging}")  # a temporary table has no statistics until asked
             assignments = ", ".join(f"{qn(name)} = v.{qn(name)}" for name in fields)
             cursor.execute(f"UPDATE {table} AS t SET {assignments} FROM {staging} AS v WHERE t.id = v.id")
@@ -417,30 +430,58 @@ def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, 
         )
 
 
+def rows_delete(model: type[Model], ids: list[int]) -> None:
+    """DELETE many rows by primary key: one statement on PostgreSQL, chunks under SQLite's variable limit."""
+    if not ids:
+        return
+    table = connection.ops.quote_name(model._meta.db_table)
+    pk = connection.ops.quote_name(model._meta.pk.column)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"DELETE FROM {table} WHERE {pk} = ANY(%s)", [ids])
+            return
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({', '.join(['%s'] * len(chunk))})", chunk)
+
+
 def rows_insert(model: type[Model], rows: list[dict]) -> None:
-    """INSERT many new rows (dicts by attname) whose ids nobody needs back: one COPY on PostgreSQL."""
+    """INSERT many new rows (dicts by attname) whose ids nobody needs back: one COPY on PostgreSQL.
+
+    The primary key is written only when the rows carry it (a one-to-one key); an automatic one is left out.
+    """
     if not rows:
         return
     if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**row) for row in rows])
+        model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
         return
-    concrete = [f for f in model._meta.concrete_fields if not f.primary_key]
-    defaults = {f.attname: f.get_default() for f in concrete}
+    first = rows[0]
+    concrete = [f for f in model._meta.concrete_fields if not f.primary_key or f.attname in first]
+    defaults = [(f.attname, f.get_default()) for f in concrete]
     with connection.cursor() as cursor:
         copy_rows(cursor, connection.ops.quote_name(model._meta.db_table), tuple(f.column for f in concrete),
-                  ([row.get(f.attname, defaults[f.attname]) for f in concrete] for row in rows))
+                  ([row.get(name, default) for name, default in defaults] for row in rows),
+                  json_at=[i for i, f in enumerate(concrete) if isinstance(f, JSONField)])
 
 
-def copy_rows(cursor, table: str, columns: tuple[str, ...], rows) -> None:
-    """Stream rows into a PostgreSQL table with COPY, logged like any query so query budgets count it."""
+def copy_rows(cursor, table: str, columns: tuple[str, ...], rows, *, json_at: list[int]) -> None:
+    """Stream rows (lists) into a PostgreSQL table with COPY, logged like any query so query budgets count it.
+
+    Values go to the driver as they are (a TextChoices member is a str to it) except at the `json_at`
+    positions, which are serialized.
+    """
     qn = connection.ops.quote_name
     sql = f"COPY {table} ({', '.join(qn(c) for c in columns)}) FROM STDIN"
     started = time.perf_counter()
     with cursor.cursor.copy(sql) as copy:
         for row in rows:
-            copy.write_row([json.dumps(v) if isinstance(v, dict | list) else _db_value(v) for v in row])
+            for i in json_at:
+                if row[i] is not None:
+                    row[i] = json.dumps(row[i])
+            copy.write_row(row)
     if connection.queries_logged:
         connection.queries_log.append({"sql": sql, "time": f"{time.perf_counter() - started:.3f}"})
+
 
 
 _staging_names = itertools.count()

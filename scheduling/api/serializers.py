@@ -247,6 +247,12 @@ class JobSerializer(StrictModelSerializer):
     payload = JsonObjectField(required=False, help_text="a JSON object of at most 64 KiB, for the executor")
     selected_instance_type = NameField("instance type", read_only=True)
     selected_training_plan = NameField("training plan", read_only=True)
+    status_reason = serializers.CharField(
+        source="current_reason", read_only=True,
+        help_text="RUNNABLE: why the last scheduling pass left it waiting; otherwise why it reached its status")
+    queue_position = serializers.IntegerField(
+        read_only=True, allow_null=True,
+        help_text="RUNNABLE: its place in its share's queue at the last pass (1 = next); otherwise null")
     attempts = AttemptSerializer(many=True, read_only=True)
 
     class Meta:
@@ -349,6 +355,8 @@ class ScheduleResultSerializer(serializers.Serializer):
 class SnapshotJobSerializer(serializers.ModelSerializer):
     quota_share = NameField("quota share", read_only=True)
     team = NameField("team", slug_field="slug", read_only=True)
+    status_reason = serializers.CharField(source="current_reason", read_only=True)
+    queue_position = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
         model = Job

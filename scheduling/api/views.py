@@ -168,7 +168,7 @@ def _queue_snapshot(job_queue: JobQueue) -> dict:
     runnable = Job.objects.filter(job_queue=job_queue, status=JobStatus.RUNNABLE,
                                   quota_share__state=State.ENABLED)
     # Each share's queue is ordered by (priority desc, submission, id); the same key interleaves the shares.
-    jobs = list(runnable.select_related("quota_share", "team")
+    jobs = list(runnable.select_related("quota_share", "team", "pending")
                 .order_by("-scheduling_priority", "created_at", "id")[:SNAPSHOT_JOBS])
     team_slugs = dict(Team.objects.filter(pk__in={share.team_id for share in usage.shares})
                       .values_list("id", "slug"))
@@ -239,7 +239,7 @@ class TrainingPlanViewSet(ConfigViewSet):
 def _jobs():
     return Job.objects.select_related(
         "job_queue", "quota_share", "team", "submitted_by", "selected_instance_type",
-        "selected_training_plan",
+        "selected_training_plan", "pending",
     ).prefetch_related(
         Prefetch("instance_preferences",
                  queryset=JobPreference.objects.select_related("instance_type", "training_plan")),

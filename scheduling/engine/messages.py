@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -92,5 +93,8 @@ def timeout_message(waited_seconds: int, max_pending_seconds: int) -> str:
     )
 
 
+@functools.lru_cache(maxsize=256)
 def when(moment: datetime) -> str:
+    # A plan's start or end is quoted in hundreds of reasons per pass, and isoformat of an aware datetime
+    # is slow.
     return moment.isoformat(timespec="seconds")

@@ -192,7 +192,7 @@ def test_job_page_shows_why_it_waits_its_position_attempts_and_events(world, cli
     world.run_pass()
     waiting.refresh_from_db()
     html = client_for(world.ana).get(reverse("job_detail", args=[waiting.pk])).content.decode()
-    assert "Why pending" in html and waiting.status_reason in html
+    assert "Why pending" in html and waiting.current_reason in html
     assert "position 1</strong> in share nlp" in html
     assert "ml.p5.48xlarge x2 on-demand" in html and "Not placed yet." in html
 

@@ -35,7 +35,7 @@ def test_share_page_shows_usage_loans_evictions_pending_and_placed_jobs_to_its_t
     assert "vision-big" in html and "vision-small" in html
     assert "Pending jobs (1)" in html and "Placed jobs (1)" in html
     busy["borrower"].refresh_from_db()
-    assert busy["borrower"].status_reason in html  # why it waits, for its own team
+    assert busy["borrower"].current_reason in html  # why it waits, for its own team
     assert "Borrows nothing." in html
 
 
@@ -54,7 +54,7 @@ def test_share_page_of_another_team_is_aggregate_only(world, busy, client_for):
     assert "you see it in aggregate" in html and "<strong>1</strong> pending" in html
     assert "vision-big" not in html and "vision-small" not in html
     busy["borrower"].refresh_from_db()
-    assert busy["borrower"].status_reason not in html
+    assert busy["borrower"].current_reason not in html
     assert "speech reclaimed capacity lent to vision" in html
 
 

@@ -10,7 +10,16 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling import services
-from scheduling.models import Event, EventKind, Job, JobAttempt, JobStatus, QuotaShare, SchedulingPass
+from scheduling.models import (
+    Event,
+    EventKind,
+    Job,
+    JobAttempt,
+    JobStatus,
+    PendingState,
+    QuotaShare,
+    SchedulingPass,
+)
 from tests.factories import JobQueueFactory, environment_with, job_in, plan_for, share_with
 
 pytestmark = pytest.mark.django_db
@@ -134,7 +143,46 @@ def test_pass_writes_why_pending_and_queue_positions(queue):
     second.refresh_from_db()
     third.refresh_from_db()
     assert (second.queue_position, third.queue_position) == (1, 2)
-    assert second.status_reason == "ml.p5.48xlarge x2: share nlp at its limit 2/2 and RESERVE cannot borrow"
+    assert second.current_reason == "ml.p5.48xlarge x2: share nlp at its limit 2/2 and RESERVE cannot borrow"
+
+
+def test_a_waiting_job_keeps_its_transition_reason_beside_why_it_waits(queue):
+    lender = share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
+    borrower = share_with(queue, "vision", {P5: 4}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    borrowing = job_in(borrower, [(P5, 8)], name="big")
+    run_pass(queue)
+    job_in(lender, [(P5, 2)], name="mine")
+    run_pass(queue)
+    borrowing = Job.objects.select_related("pending").get(pk=borrowing.pk)
+    assert borrowing.status_reason.startswith("PREEMPTED_RECLAIM: ")
+    assert borrowing.current_reason == borrowing.pending.status_reason
+    assert not borrowing.current_reason.startswith("PREEMPTED")
+
+
+def test_pass_removes_the_pending_state_of_jobs_it_places_and_rewrites_only_changes(queue):
+    nlp = share_with(queue, "nlp", {P5: 1})
+    first = job_in(nlp, [(P5, 1)], name="first")
+    second = job_in(nlp, [(P5, 1)], name="second")
+    third = job_in(nlp, [(P5, 1)], name="third")
+    run_pass(queue)
+    assert set(PendingState.objects.values_list("job_id", "queue_position")) == {(second.pk, 1), (third.pk, 2)}
+    services.job_report(job_id=first.pk, status=JobStatus.SUCCEEDED, actor=None)
+    run_pass(queue)
+    assert list(PendingState.objects.values_list("job_id", "queue_position")) == [(third.pk, 1)]
+    assert Job.objects.get(pk=second.pk).status == JobStatus.SCHEDULED
+    assert Job.objects.get(pk=second.pk).queue_position is None
+
+
+def test_cancelling_a_waiting_job_removes_its_pending_state(queue):
+    nlp = share_with(queue, "nlp", {P5: 1})
+    job_in(nlp, [(P5, 1)])
+    waiting = job_in(nlp, [(P5, 1)])
+    run_pass(queue)
+    assert PendingState.objects.filter(job=waiting).exists()
+    services.job_cancel(job_id=waiting.pk, actor=None)
+    waiting.refresh_from_db()
+    assert not PendingState.objects.filter(job=waiting).exists()
+    assert waiting.current_reason == "cancelled by system" and waiting.queue_position is None
 
 
 def test_a_settled_queue_pass_changes_nothing(queue, django_assert_max_num_queries):
@@ -174,7 +222,7 @@ def test_disabled_queue_places_nothing_and_says_so(queue):
     queue.save()
     run_pass(queue)
     job.refresh_from_db()
-    assert job.status == JobStatus.RUNNABLE and "disabled" in job.status_reason
+    assert job.status == JobStatus.RUNNABLE and "disabled" in job.current_reason
 
 
 def test_pass_samples_utilization_at_most_once_per_interval(queue, settings):

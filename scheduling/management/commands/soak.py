@@ -43,6 +43,7 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
@@ -506,7 +507,7 @@ class Command(BaseCommand):
             left = list(
                 Job.objects.filter(
                     job_queue_id__in=world["queue_ids"], status__in=UNFINISHED_STATUSES
-                ).values_list("id", "job_queue__name", "status", "status_reason")[:20]
+                ).values_list("id", "job_queue__name", "status", Coalesce("pending__status_reason", "status_reason"))[:20]
             )
             self.stats.violation(
                 f"the queues did not drain within {options['drain_seconds']} s (the external executor's "
