@@ -513,6 +513,10 @@ class TrainingPlanForm(forms.Form):
 # --- what-if ------------------------------------------------------------------------------------------------
 
 
+# The strategies as the spec, the API and the result page name them.
+STRATEGY_CHOICES = [(value, value) for value in QuotaShare.Strategy.values]
+
+
 class WhatIfQueueForm(forms.Form):
     """Which queue the what-if editor shows (a GET form: choosing a queue changes nothing)."""
 
@@ -533,8 +537,7 @@ class WhatIfForm(forms.Form):
     """
 
     job_queue = forms.ModelChoiceField(queryset=JobQueue.objects.all(), widget=forms.HiddenInput)
-    source = forms.ChoiceField(choices=WhatIfRun.Source.choices, widget=forms.RadioSelect,
-                               label="Jobs to replay")
+    source = forms.ChoiceField(choices=WhatIfRun.Source.choices, widget=forms.RadioSelect, label="Source")
     start = forms.DateTimeField(widget=DateTimeInput(), label="Window start", help_text="UTC")
     days = forms.FloatField(
         min_value=services.WHATIF_MIN_DAYS,
@@ -572,7 +575,7 @@ class WhatIfForm(forms.Form):
                                     for t in instance_types if t.name in item["limits"]}
             prefix = self.share_prefix(share)
             self.fields[f"{prefix}strategy"] = forms.ChoiceField(
-                choices=QuotaShare.Strategy.choices, initial=values["strategy"], label="Strategy")
+                choices=STRATEGY_CHOICES, initial=values["strategy"], label="Strategy")
             self.fields[f"{prefix}borrow_limit"] = forms.IntegerField(
                 min_value=-1, max_value=MAX_STORED_INT, initial=values["borrow_limit"],
                 label="Borrow limit %", help_text="-1: unlimited")

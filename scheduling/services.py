@@ -8,13 +8,10 @@ enqueued after commit, never inside the transaction that caused them.
 from __future__ import annotations
 
 import logging
-import re
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -23,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from scheduling import replay_sources, rules, snapshot
+from scheduling import replay_sources, rules, snapshot, whatif_charts
 from scheduling.errors import Conflict, NotAllowed
 from scheduling.models import (
     PLACED_STATUSES,
@@ -51,7 +48,7 @@ from scheduling.models import (
 )
 from scheduling.simulator import ConfigurationError, InvariantViolation
 from scheduling.simulator.config import configuration_from_mapping
-from scheduling.simulator.runner import replay_configurations, write_charts
+from scheduling.simulator.runner import replay_configurations
 from scheduling.simulator.trace import PHILLY_CREDIT, TraceError
 
 logger = logging.getLogger("quotaportal.scheduling")
@@ -964,41 +961,6 @@ def _whatif_replays(run: WhatIfRun, progress: _WhatIfProgress):
     return replays, credit
 
 
-WHATIF_CHARTS = {
-    "utilization_current": "utilization-current.svg",
-    "utilization_proposed": "utilization-proposed.svg",
-    "waits": "waits.svg",
-}
-
-
-def _whatif_charts(replays, credit: str) -> dict[str, str]:
-    """The replay command's charts for the two configurations, as SVG text, checked safe to inline."""
-    with tempfile.TemporaryDirectory(prefix="quotaportal-whatif-") as folder:
-        write_charts(folder, replays, credit=credit)
-        charts = {name: (Path(folder) / file).read_text() for name, file in WHATIF_CHARTS.items()}
-    for name, svg in charts.items():
-        problem = svg_problem(svg)
-        if problem:
-            raise ValueError(f"chart {name} cannot be shown: {problem}")
-    return charts
-
-
-_SVG_ACTIVE_CONTENT = re.compile(r"<\s*(script|foreignObject|iframe|object|embed)\b|\son\w+\s*=|javascript:",
-                                 re.IGNORECASE)
-
-
-def svg_problem(svg: str) -> str | None:
-    """Why an SVG is not safe to put in a page as it is (it must be one <svg> element with no script,
-    event handler or embedded document), or None. The charts escape every text they draw; this makes sure."""
-    text = svg.strip()
-    if not text.startswith("<svg") or not text.endswith("</svg>") or text.count("<svg") != 1:
-        return "it is not a single <svg> element"
-    found = _SVG_ACTIVE_CONTENT.search(text)
-    if found:
-        return f"it holds active content ({found.group(0).strip()})"
-    return None
-
-
 def _whatif_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """What the page shows of a replay's metrics: the series go to the charts, not the row."""
     return {key: value for key, value in metrics.items() if key != "series"}
@@ -1023,7 +985,7 @@ def whatif_run_execute(*, run_id: int) -> WhatIfRun | None:
     outcome: dict[str, Any]
     try:
         replays, credit = _whatif_replays(run, _WhatIfProgress(run_id))
-        charts = _whatif_charts(replays, credit)
+        charts = whatif_charts.chart_svgs(replays, credit=credit)
         current, proposed = (_whatif_metrics(replay.metrics) for replay in replays)
         outcome = {"status": WhatIfRun.Status.DONE, "progress": 1.0, "error": "", "charts": charts,
                    "result": {"current": current, "proposed": proposed, "credit": credit}}

@@ -1,12 +1,13 @@
 """Screenshots of the real pages with the demo data, for the README.
 
-    .venv/bin/python tools/screenshots.py [--out docs] [--minutes 60]
+    .venv/bin/python tools/screenshots.py [--out docs] [--minutes 60] [--all] [--only whatif ...]
 
 Builds a throw-away database in a temporary folder: the demo organisation (`seed_demo`), then `--minutes` of
 simulated history, one scheduling pass and simulated-executor tick every 30 s of simulated time with new
 submissions along the way (so the charts have a past, and there is borrowing, reclaiming and pending). Then it
 starts the web server on that database and photographs the overview, a share page and the submit form in
-Debian's Chromium (never a downloaded browser). Nothing outside the temporary folder and `--out` is touched.
+Debian's Chromium (never a downloaded browser). The what-if page shows a run over that history in which nlp
+lends its idle capacity and speech borrows too. Nothing outside the temporary folder and `--out` is touched.
 """
 
 from __future__ import annotations
@@ -46,7 +47,14 @@ def main() -> int:
     parser.add_argument(
         "--all",
         action="store_true",
-        help="also the job page, event log, share form, plan timeline, login and a phone-sized overview",
+        help="also the job page, event log, share form, plan timeline, what-if form, login and a phone-sized "
+        "overview",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="photograph only this page (overview, share, submit, whatif, ...; repeatable)",
     )
     args = parser.parse_args()
     if not Path(CHROMIUM).exists():
@@ -64,6 +72,7 @@ def main() -> int:
         }
         os.environ.update(env)
         build_history(minutes=args.minutes)
+        whatif_id = whatif_demo(minutes=args.minutes)
         port = free_port()
         server = subprocess.Popen(
             [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
@@ -74,7 +83,8 @@ def main() -> int:
         )
         try:
             wait_for(f"http://127.0.0.1:{port}/accounts/login/")
-            photograph(f"http://127.0.0.1:{port}", Path(args.out), everything=args.all)
+            photograph(f"http://127.0.0.1:{port}", Path(args.out), everything=args.all, only=args.only,
+                       whatif_id=whatif_id)
         finally:
             server.terminate()
             server.wait(timeout=10)
@@ -157,6 +167,39 @@ def replay(*, clock: dict, until) -> None:
         clock["now"] += STEP
 
 
+def whatif_demo(*, minutes: int) -> int:
+    """A finished what-if over the demo's history: nlp lends, speech borrows too. Returns its id."""
+    from django.utils import timezone
+
+    from scheduling import services
+    from scheduling.models import JobQueue, QuotaShare
+
+    queue = JobQueue.objects.get(name="training")
+    proposal = []
+    shares = QuotaShare.objects.filter(job_queue=queue).prefetch_related("capacity_limits__instance_type")
+    for share in shares:
+        proposal.append(
+            services.ShareProposal(
+                name=share.name,
+                limits={limit.instance_type.name: limit.max_capacity
+                        for limit in share.capacity_limits.all()},
+                strategy={"nlp": "LEND", "speech": "LEND_AND_BORROW"}.get(share.name, share.strategy),
+                borrow_limit=share.borrow_limit,
+                in_share_preemption=share.in_share_preemption,
+            )
+        )
+    run = services.whatif_run_start(
+        job_queue=queue,
+        proposal=proposal,
+        source="HISTORY",
+        start=timezone.now() - timedelta(minutes=minutes + 1),
+        days=(minutes + 1) / 1440,
+        actor=None,
+    )
+    services.whatif_run_execute(run_id=run.pk)
+    return run.pk
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -175,7 +218,9 @@ def wait_for(url: str, seconds: float = 30) -> None:
             time.sleep(0.3)
 
 
-def photograph(base: str, out: Path, *, everything: bool = False) -> None:
+def photograph(
+    base: str, out: Path, *, everything: bool = False, only: list[str] | None = None, whatif_id: int
+) -> None:
     from playwright.sync_api import sync_playwright
 
     from scheduling import services
@@ -183,13 +228,20 @@ def photograph(base: str, out: Path, *, everything: bool = False) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     vision = QuotaShare.objects.get(name="vision")
-    waiting = Job.objects.filter(status="RUNNABLE", queue_position=1).order_by("id").first()
     # Playwright's event loop makes this thread look async to Django; the passes below are plain sync calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    names: list[str] = []
+
+    def wanted(name: str) -> bool:
+        return not only or name in only
 
     def beat() -> None:
         """What the beat would have done by now: the pages then show a pass seconds old, as in production."""
         services.queue_pass_run(job_queue_id=vision.job_queue_id, trigger="screenshots")
+
+    def shoot(page, name: str, **options) -> None:
+        page.screenshot(path=str(out / f"{name}.png"), full_page=True, **options)
+        names.append(name)
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -199,55 +251,64 @@ def photograph(base: str, out: Path, *, everything: bool = False) -> None:
         page.fill("#id_password", "quotaportal-admin")
         page.click("button[type=submit]")
         page.wait_for_url(f"{base}/")
-        beat()
-        page.reload()
-        page.screenshot(path=str(out / "overview.png"), full_page=True)
-        page.goto(f"{base}/shares/{vision.pk}/")
-        page.screenshot(path=str(out / "share.png"), full_page=True)
-        page.goto(f"{base}/jobs/new/")
-        page.fill("#id_name", "llm-finetune")
-        page.select_option("#id_quota_share", label="training / vision (Vision)")
-        for row in (1, 2):  # the page's CSP forbids eval, so wait on elements, not on script predicates
-            page.click("button[value=add]")
-            page.locator(f"#id_pref-{row}-instance_type").wait_for()
-        page.select_option("#id_pref-0-instance_type", label="ml.p5.48xlarge")
-        page.fill("#id_pref-0-instance_count", "2")
-        page.select_option("#id_pref-1-instance_type", label="ml.p4d.24xlarge")
-        page.fill("#id_pref-1-instance_count", "4")
-        page.select_option("#id_pref-2-instance_type", label="ml.g5.12xlarge")
-        page.fill("#id_pref-2-instance_count", "8")
-        page.locator("#id_pref-2-instance_count").blur()
-        page.wait_for_selector("#errors-pref-0-instance_count li")
-        page.screenshot(path=str(out / "submit.png"), full_page=True)
-        names = ["overview", "share", "submit"]
+        if wanted("overview"):
+            beat()
+            page.reload()
+            shoot(page, "overview")
+        if wanted("share"):
+            page.goto(f"{base}/shares/{vision.pk}/")
+            shoot(page, "share")
+        if wanted("submit"):
+            page.goto(f"{base}/jobs/new/")
+            page.fill("#id_name", "llm-finetune")
+            page.select_option("#id_quota_share", label="training / vision (Vision)")
+            for row in (1, 2):  # the page's CSP forbids eval, so wait on elements, not on script predicates
+                page.click("button[value=add]")
+                page.locator(f"#id_pref-{row}-instance_type").wait_for()
+            page.select_option("#id_pref-0-instance_type", label="ml.p5.48xlarge")
+            page.fill("#id_pref-0-instance_count", "2")
+            page.select_option("#id_pref-1-instance_type", label="ml.p4d.24xlarge")
+            page.fill("#id_pref-1-instance_count", "4")
+            page.select_option("#id_pref-2-instance_type", label="ml.g5.12xlarge")
+            page.fill("#id_pref-2-instance_count", "8")
+            page.locator("#id_pref-2-instance_count").blur()
+            page.wait_for_selector("#errors-pref-0-instance_count li")
+            shoot(page, "submit")
+        if wanted("whatif"):
+            page.goto(f"{base}/manage/whatif/{whatif_id}/")
+            shoot(page, "whatif")
         if everything:
+            waiting = (Job.objects.filter(status="RUNNABLE", queue_position=1).order_by("id").first()
+                       if wanted("job") else None)
             extra = {
                 "job": f"/jobs/{waiting.pk}/" if waiting else "/jobs/",
                 "jobs": "/jobs/",
                 "events": "/events/",
                 "share-form": f"/manage/shares/{vision.pk}/",
                 "plans": "/manage/plans/",
+                "whatif-form": "/manage/whatif/",
             }
             for name, path in extra.items():
+                if not wanted(name):
+                    continue
                 beat()
                 page.goto(base + path)
-                page.screenshot(path=str(out / f"{name}.png"), full_page=True)
-                names.append(name)
-            phone = browser.new_page(viewport={"width": 390, "height": 844})
-            phone.goto(f"{base}/accounts/login/")
-            phone.screenshot(path=str(out / "login.png"))
-            phone.fill("#id_username", "ana")
-            phone.fill("#id_password", "quotaportal-demo")
-            phone.click("button[type=submit]")
-            phone.wait_for_url(f"{base}/")
-            beat()
-            phone.reload()
-            phone.screenshot(path=str(out / "overview-phone.png"), full_page=True)
-            names += ["login", "overview-phone"]
+                shoot(page, name)
+            if wanted("login") or wanted("overview-phone"):
+                phone = browser.new_page(viewport={"width": 390, "height": 844})
+                phone.goto(f"{base}/accounts/login/")
+                phone.screenshot(path=str(out / "login.png"))
+                phone.fill("#id_username", "ana")
+                phone.fill("#id_password", "quotaportal-demo")
+                phone.click("button[type=submit]")
+                phone.wait_for_url(f"{base}/")
+                beat()
+                phone.reload()
+                phone.screenshot(path=str(out / "overview-phone.png"), full_page=True)
+                names += ["login", "overview-phone"]
         browser.close()
     for name in names:
         print(out / f"{name}.png")
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,6 +8,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from scheduling.views.charts import stacked_bar
+from scheduling.whatif_charts import svg_problem
 
 register = template.Library()
 
@@ -76,8 +77,6 @@ def ago(moment, now=None) -> str:
 def inline_svg(svg: str | None):
     """A chart the replay drew, put in the page as it is once it proves to be plain SVG (no script, no event
     handler); anything else becomes a note instead."""
-    from scheduling.services import svg_problem
-
     problem = svg_problem(svg or "")
     if problem:
         return format_html('<p class="muted">This chart cannot be shown: {}.</p>', problem)

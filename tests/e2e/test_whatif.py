@@ -1,5 +1,5 @@
-"""The what-if page in a real browser: an administrator edits a proposal, follows the run's progress bar to the
-end without reloading, reads current against proposed, and applies it."""
+"""The what-if page in a real browser: an administrator edits a proposal, follows the run's progress bar to
+the end without reloading, reads current against proposed, and applies it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def world(transactional_db):
     begin = (timezone.now() - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
     for n in range(4):  # vision wants 20 P4 for an hour; it may hold 12 while nlp keeps its 4 to itself
         at = begin + timedelta(minutes=n)
-        job_in(world.vision, [(P4, 5)], name=f"vision-{n}", created_at=at, runnable_since=at, duration_seconds=3600)
+        job_in(world.vision, [(P4, 5)], name=f"vision-{n}", created_at=at, runnable_since=at,
+               duration_seconds=3600)
     world.begin = begin
     return world
 
@@ -87,8 +88,8 @@ def test_an_admin_runs_a_what_if_watches_it_finish_and_applies_it(world, sign_in
     median = vision.locator("tr", has=page.locator("th", has_text="Wait p50"))
     expect(median).to_have_class("verdict-better")
     expect(median.locator("td").nth(1)).to_have_text("0s")
-    expect(page.locator(".whatif-charts svg")).to_have_count(2)
-    expect(page.locator(".chart-wide svg")).to_be_visible()
+    expect(page.locator(".whatif-charts svg")).to_have_count(3)
+    expect(page.locator(".chart-waits svg")).to_be_visible()
 
     page.check("#id_confirm")
     page.click("button:has-text('Apply this proposal')")
@@ -96,4 +97,5 @@ def test_an_admin_runs_a_what_if_watches_it_finish_and_applies_it(world, sign_in
     expect(page.locator("#apply")).to_contain_text("Applied by admin")
     assert QuotaShare.objects.get(pk=world.nlp.pk).strategy == "LEND"
     assert QuotaShare.objects.get(pk=world.vision.pk).borrow_limit == -1
-    assert Event.objects.filter(kind=EventKind.CONFIG_CHANGED, data__object="scheduling.WhatIfRun").count() == 1
+    audit = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, data__object="scheduling.WhatIfRun")
+    assert audit.count() == 1

@@ -25,7 +25,7 @@ def begin():
 
 @pytest.fixture
 def history(world, begin):
-    """Vision wants more P4 than its 6 for two hours while nlp, whose 4 P4 sit idle, lends nothing (RESERVE)."""
+    """Vision wants 20 P4 for an hour; it holds 12 at most while nlp keeps its 4 idle P4 to itself."""
     for n in range(4):
         at = begin + timedelta(minutes=n)
         job_in(world.vision, [(P4, 5)], name=f"vision-{n}", created_at=at, runnable_since=at,
@@ -70,7 +70,7 @@ def done_run(world, begin) -> WhatIfRun:
     return services.whatif_run_execute(run_id=run.pk)
 
 
-# --- the editor -------------------------------------------------------------------------------------------------
+# --- the editor ---------------------------------------------------------------------------------------------
 
 
 def test_the_editor_shows_every_share_prefilled_with_its_values_and_the_capacity(world, client_for):
@@ -78,7 +78,7 @@ def test_the_editor_shows_every_share_prefilled_with_its_values_and_the_capacity
     assert "Proposal for queue training" in page
     assert f'name="s{world.vision.pk}-borrow_limit" value="100"' in page
     assert f'name="s{world.nlp.pk}-limit_{ids(P5)}" value="4"' in page
-    assert f'<option value="LEND_AND_BORROW" selected>' in page
+    assert '<option value="LEND_AND_BORROW" selected>' in page
     assert '<td class="num">16</td>' in page  # P4 capacity, under the limits
     assert 'name="source" value="HISTORY"' in page and "checked" in page
 
@@ -92,7 +92,8 @@ def test_choosing_a_queue_answers_only_the_editor_to_htmx(world, client_for):
 
 
 def test_submitting_a_proposal_starts_a_run_and_goes_to_its_page(world, client_for, begin, history):
-    response = client_for(world.admin).post(reverse("manage_whatif"), editor_data(world, begin, **lend_nlp(world)))
+    data = editor_data(world, begin, **lend_nlp(world))
+    response = client_for(world.admin).post(reverse("manage_whatif"), data)
     run = WhatIfRun.objects.get()
     assert response.status_code == 302 and response["Location"] == reverse("manage_whatif_run", args=[run.pk])
     assert run.status == WhatIfRun.Status.QUEUED and run.created_by == world.admin
@@ -116,7 +117,8 @@ def test_limits_beyond_the_capacity_are_shown_on_the_shares_rows(world, client_f
     assert response.status_code == 400
     page = response.content.decode()
     row = page.index(f'id="errors-share-{world.vision.pk}"')
-    assert "share vision: ml.p4d.24xlarge: limits would total 20 but the environment has 16" in page[row:row + 400]
+    message = "share vision: ml.p4d.24xlarge: limits would total 20 but the environment has 16"
+    assert message in page[row:row + 400]
 
 
 def test_field_errors_of_the_window_and_an_unchanged_proposal_are_named(world, client_for, begin, history):
@@ -126,7 +128,8 @@ def test_field_errors_of_the_window_and_an_unchanged_proposal_are_named(world, c
     page = client.post(reverse("manage_whatif"), editor_data(world, begin)).content.decode()
     assert "the proposal is the queue&#x27;s configuration as it is: change at least one share" in page
     far = (begin - timedelta(days=20)).strftime("%Y-%m-%dT%H:%M")
-    page = client.post(reverse("manage_whatif"), editor_data(world, begin, start=far, **lend_nlp(world))).content.decode()
+    data = editor_data(world, begin, start=far, **lend_nlp(world))
+    page = client.post(reverse("manage_whatif"), data).content.decode()
     slot = page.index('id="errors-start"')
     assert "queue training has no jobs submitted between" in page[slot:slot + 300]
 
@@ -142,17 +145,17 @@ def test_a_past_run_prefills_the_editor_to_run_it_again(world, client_for, begin
 def test_the_editor_keeps_its_query_budget(world, client_for, begin, history, django_assert_max_num_queries):
     client = client_for(world.admin)
     done_run(world, begin)
-    # session + user, the queue, its shares, their limits, capacity, instance types, past runs, the queue picker
+    # session + user, the queue, its shares, their limits, capacity, instance types, past runs, queue picker
     with django_assert_max_num_queries(9):
         assert client.get(reverse("manage_whatif")).status_code == 200
 
 
-# --- a run --------------------------------------------------------------------------------------------------------
+# --- a run --------------------------------------------------------------------------------------------------
 
 
 def test_a_queued_run_shows_a_progress_bar_that_polls_itself(world, client_for, begin, history):
     run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
-                                    actor=world.admin, proposal=[services.ShareProposal("nlp", {P5: 4, P4: 4}, "LEND")])
+                                    actor=world.admin, proposal=LENDING)
     page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert "Waiting for a worker" in page
     assert '<progress id="whatif-progress" max="100" value="0"' in page
@@ -163,7 +166,7 @@ def test_a_queued_run_shows_a_progress_bar_that_polls_itself(world, client_for, 
 def test_the_progress_fragment_follows_the_run_and_stops_polling_once_done(world, client_for, begin, history):
     client = client_for(world.admin)
     run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
-                                    actor=world.admin, proposal=[services.ShareProposal("nlp", {P5: 4, P4: 4}, "LEND")])
+                                    actor=world.admin, proposal=LENDING)
     WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.62)
     url = reverse("manage_whatif_run", args=[run.pk])
     fragment = client.get(url, headers=htmx_headers("whatif-live")).content.decode()
@@ -177,7 +180,9 @@ def test_the_progress_fragment_follows_the_run_and_stops_polling_once_done(world
     assert "hx-get" not in fragment and "Current and proposed, per team" in fragment
 
 
-def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(world, client_for, begin, history):
+def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(
+    world, client_for, begin, history
+):
     run = done_run(world, begin)
     page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert '<span class="was">RESERVE</span> → <strong>LEND</strong>' in page
@@ -185,9 +190,10 @@ def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(
     card = page[vision:page.index("</section>", vision)]
     # Vision runs three of its 5-P4 jobs at once instead of two: its median wait falls from half an hour to
     # nothing, and the change is marked better.
-    assert re.search(r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*'
-                     r'<td class="num">29m</td>\s*<td class="num">0s</td>\s*<td class="num change">−29m', card)
-    assert '<span class="was">LEND_AND_BORROW (100%)</span> → <strong>LEND_AND_BORROW (unlimited)</strong>' in card
+    assert re.search(r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*<td class="num">29m</td>'
+                     r'\s*<td class="num">0s</td>\s*<td class="num change">−29m', card)
+    policy = '<span class="was">LEND_AND_BORROW (100%)</span> → <strong>LEND_AND_BORROW (unlimited)</strong>'
+    assert policy in card
     assert page.count("<svg") >= 3 and "GPUs in use per share - proposed" in page
     assert "<script" not in page.split("</head>")[1]
     assert "Apply this proposal" in page and 'name="confirm"' in page
@@ -195,23 +201,27 @@ def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(
 
 def test_a_failed_run_says_why_and_offers_to_run_it_again(world, client_for, begin, history):
     run = done_run(world, begin)
-    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.FAILED, error="the trace is unreadable")
+    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.FAILED,
+                                               error="the trace is unreadable")
     page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert "the trace is unreadable" in page and f"?from_run={run.pk}" in page
     assert "Apply this proposal" not in page
 
 
-def test_the_run_page_keeps_its_query_budget(world, client_for, begin, history, django_assert_max_num_queries):
+def test_the_run_page_keeps_its_query_budget(
+    world, client_for, begin, history, django_assert_max_num_queries
+):
     run = done_run(world, begin)
     client = client_for(world.admin)
-    # session + user, run, teams, and the queue as it is now (shares, limits, plans, their shares, types, capacity)
-    with django_assert_max_num_queries(11):
+    # session + user, the run, teams, and the queue as it is now, to tell whether the run is stale (shares,
+    # their limits, capacity, plans and the shares open to them, GPUs per type)
+    with django_assert_max_num_queries(10):
         assert client.get(reverse("manage_whatif_run", args=[run.pk])).status_code == 200
-    with django_assert_max_num_queries(11):
+    with django_assert_max_num_queries(10):
         client.get(reverse("manage_whatif_run", args=[run.pk]), headers=htmx_headers("whatif-live"))
 
 
-# --- applying -----------------------------------------------------------------------------------------------------
+# --- applying -----------------------------------------------------------------------------------------------
 
 
 def test_applying_needs_the_confirmation_then_changes_the_shares(world, client_for, begin, history):

@@ -11,11 +11,12 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from scheduling import replay_sources, services, tasks
+from scheduling import replay_sources, services, tasks, whatif_charts
 from scheduling.engine import Entry
 from scheduling.errors import Conflict
 from scheduling.models import Event, EventKind, QuotaShare, WhatIfRun
 from scheduling.services import ShareProposal
+from tests.engine.test_purity import imported_modules
 from tests.factories import JobQueueFactory, UserFactory, environment_with, job_in, share_with
 
 pytestmark = pytest.mark.django_db
@@ -46,7 +47,7 @@ def begin():
 
 @pytest.fixture
 def history(queue, begin):
-    """Vision sends four 1-hour jobs of 2 P5 at once while nlp is idle: RESERVE runs them one after another."""
+    """Vision sends four 1-hour jobs of 2 P5 at once while nlp is idle: RESERVE runs them one by one."""
     vision = QuotaShare.objects.get(name="vision")
     for n in range(4):
         at = begin + timedelta(seconds=n)
@@ -81,7 +82,7 @@ def errors_of(call) -> dict[str, list[str]]:
     return raised.value.message_dict
 
 
-# --- starting: every bad input is refused up front, naming the share and field --------------------------------
+# --- starting: every bad input is refused up front, naming the share and field ------------------------------
 
 
 def test_a_valid_proposal_is_queued_with_the_queue_as_it_is_and_enqueued_after_commit(
@@ -106,10 +107,13 @@ def test_a_share_left_out_of_the_proposal_keeps_its_values(queue, admin, begin, 
 def test_borrow_limit_on_a_share_that_never_borrows_names_the_share_and_field(queue, admin, begin, history):
     errors = errors_of(lambda: start(queue, admin, begin, shares=proposal(nlp={"borrow_limit": 50})))
     assert list(errors) == ["shares[nlp].borrow_limit"]
-    assert "share nlp: borrow_limit applies only to LEND_AND_BORROW shares" in errors["shares[nlp].borrow_limit"][0]
+    [message] = errors["shares[nlp].borrow_limit"]
+    assert message.startswith("share nlp: borrow_limit applies only to LEND_AND_BORROW shares")
 
 
-def test_limits_beyond_the_capacity_are_refused_for_every_share_holding_the_type(queue, admin, begin, history):
+def test_limits_beyond_the_capacity_are_refused_for_every_share_holding_the_type(
+    queue, admin, begin, history
+):
     errors = errors_of(lambda: start(queue, admin, begin, shares=proposal(vision={"limits": {P5: 3, P4: 2}})))
     assert set(errors) == {"shares[nlp].capacity_limits", "shares[vision].capacity_limits"}
     assert errors["shares[vision].capacity_limits"] == [
@@ -119,7 +123,8 @@ def test_limits_beyond_the_capacity_are_refused_for_every_share_holding_the_type
 
 
 def test_moving_capacity_between_shares_in_one_proposal_is_accepted(queue, admin, begin, history):
-    run = start(queue, admin, begin, shares=proposal(nlp={"limits": {P5: 1, P4: 2}}, vision={"limits": {P5: 3, P4: 2}}))
+    shares = proposal(nlp={"limits": {P5: 1, P4: 2}}, vision={"limits": {P5: 3, P4: 2}})
+    run = start(queue, admin, begin, shares=shares)
     assert {p["name"]: p["limits"][P5] for p in run.proposal} == {"nlp": 1, "vision": 3}
 
 
@@ -140,7 +145,8 @@ def test_unknown_strategy_type_and_share_and_missing_limits_are_named(queue, adm
 
 def test_a_proposal_equal_to_the_queue_is_refused(queue, admin, begin, history):
     errors = errors_of(lambda: start(queue, admin, begin, shares=proposal()))
-    assert errors == {"__all__": ["the proposal is the queue's configuration as it is: change at least one share"]}
+    assert errors == {
+        "__all__": ["the proposal is the queue's configuration as it is: change at least one share"]}
 
 
 def test_the_window_must_hold_recorded_jobs_and_have_a_sane_length(queue, admin, begin, history):
@@ -169,7 +175,7 @@ def test_the_philly_source_needs_the_trace_installed(queue, admin, settings, tmp
     assert errors["source"][0].startswith(f"the Philly trace is not installed: no {tmp_path}/philly.csv")
 
 
-# --- running: both configurations replayed on the same jobs ---------------------------------------------------
+# --- running: both configurations replayed on the same jobs -------------------------------------------------
 
 
 def test_borrowing_lowers_the_waits_of_a_busy_share_next_to_an_idle_one(queue, admin, begin, history):
@@ -178,7 +184,7 @@ def test_borrowing_lowers_the_waits_of_a_busy_share_next_to_an_idle_one(queue, a
     assert run.status == WhatIfRun.Status.DONE and run.progress == 1.0 and run.error == ""
     current = {s["share"]: s for s in run.result["current"]["shares"]}
     proposed = {s["share"]: s for s in run.result["proposed"]["shares"]}
-    # RESERVE: one 2-instance job at a time, waits 0, 1, 2 and 3 hours. Borrowing nlp's idle P5: two at a time.
+    # RESERVE: one 2-instance job at a time, waits 0, 1, 2 and 3 hours. Borrowing nlp's idle P5: two at once.
     assert current["vision"]["wait_seconds"]["p95"] > 2 * HOUR
     assert proposed["vision"]["wait_seconds"]["p95"] < 1.5 * HOUR
     assert proposed["vision"]["wait_seconds"]["p50"] < current["vision"]["wait_seconds"]["p50"]
@@ -187,7 +193,7 @@ def test_borrowing_lowers_the_waits_of_a_busy_share_next_to_an_idle_one(queue, a
     assert current["vision"]["jobs"]["completed"] == proposed["vision"]["jobs"]["completed"] == 4
     assert "series" not in run.result["current"]
     assert set(run.charts) == {"utilization_current", "utilization_proposed", "waits"}
-    assert all(services.svg_problem(svg) is None for svg in run.charts.values())
+    assert all(whatif_charts.svg_problem(svg) is None for svg in run.charts.values())
     assert "GPUs in use per share - proposed" in run.charts["utilization_proposed"]
 
 
@@ -246,13 +252,14 @@ def test_the_task_runs_the_service(queue, admin, begin, history):
 
 
 def test_a_chart_with_active_content_is_never_inlined():
-    assert services.svg_problem('<svg xmlns="http://www.w3.org/2000/svg"><text>ok</text></svg>') is None
-    assert services.svg_problem('<svg><script>alert(1)</script></svg>') == "it holds active content (<script)"
-    assert services.svg_problem('<svg><rect onload="x()"/></svg>').startswith("it holds active content")
-    assert services.svg_problem("<div></div>") == "it is not a single <svg> element"
+    assert whatif_charts.svg_problem('<svg xmlns="http://www.w3.org/2000/svg"><text>ok</text></svg>') is None
+    script = whatif_charts.svg_problem("<svg><script>alert(1)</script></svg>")
+    assert script == "it holds active content (<script)"
+    assert whatif_charts.svg_problem('<svg><rect onload="x()"/></svg>').startswith("it holds active content")
+    assert whatif_charts.svg_problem("<div></div>") == "it is not a single <svg> element"
 
 
-# --- applying --------------------------------------------------------------------------------------------------
+# --- applying -----------------------------------------------------------------------------------------------
 
 
 def done_run(queue, admin, begin, shares=None):
@@ -269,7 +276,8 @@ def test_applying_changes_the_shares_through_the_share_service_and_audits_it(que
     assert (vision.strategy, vision.borrow_limit) == ("LEND_AND_BORROW", 100)
     assert QuotaShare.objects.get(name="nlp").strategy == "LEND"
     audits = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, actor=admin)
-    per_share = {e.data["id"]: e.data["after"]["strategy"] for e in audits if e.data["object"] == "scheduling.QuotaShare"}
+    per_share = {e.data["id"]: e.data["after"]["strategy"]
+                 for e in audits if e.data["object"] == "scheduling.QuotaShare"}
     assert per_share == {QuotaShare.objects.get(name="nlp").pk: "LEND", vision.pk: "LEND_AND_BORROW"}
     summary = audits.get(data__object="scheduling.WhatIfRun")
     assert summary.message == f"admin applied what-if #{run.pk} to queue training: changed nlp, vision"
@@ -278,7 +286,8 @@ def test_applying_changes_the_shares_through_the_share_service_and_audits_it(que
 
 
 def test_applying_moves_capacity_between_shares_in_an_order_that_always_fits(queue, admin, begin, history):
-    run = done_run(queue, admin, begin, shares=proposal(nlp={"limits": {P5: 1, P4: 3}}, vision={"limits": {P5: 3, P4: 1}}))
+    shares = proposal(nlp={"limits": {P5: 1, P4: 3}}, vision={"limits": {P5: 3, P4: 1}})
+    run = done_run(queue, admin, begin, shares=shares)
     services.whatif_apply(run=run, actor=admin)
     limits = {
         (share.name, limit.instance_type.name): limit.max_capacity
@@ -336,7 +345,7 @@ def test_a_share_giving_capacity_up_goes_before_the_share_taking_it():
     assert steps == [("b", {P5: 1}, True), ("a", {P5: 3}, True)]
 
 
-# --- the Philly trace on the queue's own shares --------------------------------------------------------------
+# --- the Philly trace on the queue's own shares -------------------------------------------------------------
 
 TRACE = Path(__file__).resolve().parent.parent / "simulator" / "data" / "philly-day.csv"
 
@@ -360,7 +369,8 @@ def test_the_philly_trace_replays_on_the_queues_shares_and_types(queue, admin, s
 def test_a_philly_window_outside_the_trace_is_refused(queue, admin, settings):
     settings.REPLAY_TRACE = str(TRACE)
     errors = errors_of(lambda: start(queue, admin, datetime(2018, 3, 1, tzinfo=UTC), source="PHILLY"))
-    assert errors == {"start": ["the Philly trace covers 2017-10-17 .. 2017-10-17: choose a window inside it"]}
+    assert errors == {
+        "start": ["the Philly trace covers 2017-10-17 .. 2017-10-17: choose a window inside it"]}
 
 
 def test_a_trace_job_asks_for_the_types_that_hold_its_gpus_with_the_least_waste():
@@ -370,3 +380,25 @@ def test_a_trace_job_asks_for_the_types_that_hold_its_gpus_with_the_least_waste(
     assert replay_sources.entries_for(16, types) == [
         Entry(P5, 2), Entry("ml.g5.12xlarge", 4), Entry("ml.g5.xlarge", 16)]
     assert replay_sources.entries_for(3, {"ml.m5.xlarge": 0}) == []
+
+
+# --- the charts ---------------------------------------------------------------------------------------------
+
+
+def test_gpus_in_use_are_averaged_per_slice_without_spikes_at_slice_edges():
+    times, used = whatif_charts.mean_gpus_per_slice(
+        [(0.0, [2], [0]), (10.0, [4], [0]), (35.0, [0], [0])], start=0.0, end=40.0, slices=4)
+    assert times == [5.0, 15.0, 25.0, 35.0] and used == [[2.0, 4.0, 4.0, 2.0]]
+    # An hour of a real window: many changes, slice edges that floating point cannot hit exactly.
+    start = 1_764_633_600.123
+    series = [(start + 7.3 * k, [k % 5 * 8, 8], [0, 0]) for k in range(500)]
+    _, used = whatif_charts.mean_gpus_per_slice(series, start=start, end=start + 3_601.7, slices=336)
+    assert max(max(row) for row in used) <= 32 + 1e-6
+    width = 3_601.7 / 336
+    integral = sum(value * width for value in used[1])
+    assert integral == pytest.approx(8 * 3_601.7)
+
+
+def test_the_charts_module_is_pure_python():
+    source = Path(whatif_charts.__file__).read_text()
+    assert "django" not in imported_modules(source)
