@@ -23,6 +23,7 @@ from scheduling.views.common import htmx_target, staff_page
 PROGRESS_POLL_SECONDS = 1
 HISTORY_DAYS_BY_DEFAULT = 7
 PHILLY_START = datetime(2017, 10, 9, tzinfo=UTC)
+UNCLAIMED_AFTER = timedelta(seconds=30)
 
 
 def _queue(raw) -> JobQueue | None:
@@ -93,8 +94,13 @@ def whatif_new(request):
 
 
 def _run_context(run: WhatIfRun, *, apply_form=None, apply_error: str = "") -> dict:
+    now = timezone.now()
     context = {
         "run": run,
+        # No worker has taken it: none may be running. A worker silent this long has probably stopped.
+        "unclaimed": run.status == WhatIfRun.Status.QUEUED and now - run.created_at > UNCLAIMED_AFTER,
+        "stalled": run.status == WhatIfRun.Status.RUNNING and run.heartbeat_at is not None
+        and now - run.heartbeat_at > services.WHATIF_HEARTBEAT_TIMEOUT,
         "poll_seconds": PROGRESS_POLL_SECONDS,
         "apply_form": apply_form or f.WhatIfApplyForm(),
         "apply_error": apply_error,

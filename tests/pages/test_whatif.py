@@ -180,6 +180,20 @@ def test_the_progress_fragment_follows_the_run_and_stops_polling_once_done(world
     assert "hx-get" not in fragment and "Current and proposed, per team" in fragment
 
 
+def test_a_run_no_worker_took_or_whose_worker_went_silent_says_so(world, client_for, begin, history):
+    client = client_for(world.admin)
+    run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
+                                    actor=world.admin, proposal=LENDING)
+    url = reverse("manage_whatif_run", args=[run.pk])
+    assert "No worker has taken this run" not in client.get(url).content.decode()
+    WhatIfRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(minutes=1))
+    assert "is a Celery worker running" in client.get(url).content.decode()
+    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.3,
+                                               heartbeat_at=timezone.now() - timedelta(minutes=6))
+    page = client.get(url).content.decode()
+    assert "its worker has probably stopped" in page and f"?from_run={run.pk}" in page
+
+
 def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(
     world, client_for, begin, history
 ):
