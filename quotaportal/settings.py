@@ -207,6 +207,10 @@ elif CACHE_URL.startswith("file://"):
                           "LOCATION": CACHE_URL.removeprefix("file://")}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# A pass request made while one for the same queue waits in the broker joins it; the mark lasts at most this
+# long. 0 turns joining off; it is off by default with a one-process cache, which workers cannot clear.
+PASS_COALESCE_SECONDS = envint("PASS_COALESCE_SECONDS", 0 if CACHE_URL.startswith("locmem") else 120, minimum=0,
+                               maximum=3600)
 
 # --- request limits -------------------------------------------------------------------------------------
 # Request bodies above this many bytes are refused (413 on the API); a job's payload is at most 64 KiB.

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
@@ -70,16 +71,41 @@ def pass_request(*, job_queue_id: int, trigger: str) -> None:
         return
 
     def enqueue() -> None:
+        # Across transactions too: while a pass for the queue waits in the broker, it will read this change
+        # (it clears the mark before it reads), so a script submitting a hundred jobs one request at a time
+        # gets a handful of passes, not a hundred. The mark expires, and every pass clears it, so a lost
+        # message holds nothing up for longer than the beat's next pass.
+        try:
+            if settings.PASS_COALESCE_SECONDS and not cache.add(
+                    pass_mark(job_queue_id), trigger, timeout=settings.PASS_COALESCE_SECONDS):
+                return
+        except Exception as exc:  # the cache is down: ask anyway, a pass too many is harmless
+            logger.warning("pass requests for queue %s not coalesced: the cache is unavailable (%s)",
+                           job_queue_id, exc)
         # The change has committed: a broker outage must not turn its request into an error. The beat runs
         # the queue's pass once the broker is back (it sends a pass for every queue every few seconds).
         try:
             run_queue_pass.delay(job_queue_id, trigger)
         except Exception as exc:  # kombu.exceptions.OperationalError, or whatever the transport raises
+            pass_mark_clear(job_queue_id)
             logger.warning("pass for queue %s not enqueued (%s): the broker is unavailable (%s); "
                            "the beat will run it", job_queue_id, trigger, exc)
 
     enqueue.quotaportal_queue = job_queue_id
     transaction.on_commit(enqueue)
+
+
+def pass_mark(job_queue_id: int) -> str:
+    """The cache key that says a pass for the queue is waiting in the broker."""
+    return f"quotaportal:pass-queued:{job_queue_id}"
+
+
+def pass_mark_clear(job_queue_id: int) -> None:
+    """Called by a pass before it reads the queue: requests from now on need a pass of their own."""
+    try:
+        cache.delete(pass_mark(job_queue_id))
+    except Exception as exc:
+        logger.warning("pass mark of queue %s not cleared: the cache is unavailable (%s)", job_queue_id, exc)
 
 
 def _lock_queue(job_queue_id: int) -> JobQueue:

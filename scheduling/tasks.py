@@ -16,6 +16,7 @@ def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
     """One scheduling pass over one queue (safe to run twice: the pass is idempotent on a settled queue)."""
     if not JobQueue.objects.filter(pk=job_queue_id).exists():
         return {"job_queue_id": job_queue_id, "skipped": "queue no longer exists"}
+    services.pass_mark_clear(job_queue_id)
     result = services.queue_pass_run(job_queue_id=job_queue_id, trigger=trigger)
     return {"job_queue_id": job_queue_id, "admitted": len(result.admitted), "preempted": len(result.preempted)}
 
