@@ -184,7 +184,7 @@ SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0)
 SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1)
 HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)
 # The Microsoft Philly trace (philly.csv, with philly_vc.csv beside it) for `replay` and the what-if page.
-REPLAY_TRACE = envstr("REPLAY_TRACE", "/work/shared/traces/philly.csv")
+REPLAY_TRACE = envstr("REPLAY_TRACE", str(BASE_DIR.parent / "shared" / "traces" / "philly.csv"))
 # A what-if run (two replays) that takes longer than this is stopped and marked FAILED.
 WHATIF_TIME_LIMIT_SECONDS = envint("WHATIF_TIME_LIMIT_SECONDS", 900, minimum=10)
 # When set, /metrics answers only requests with `Authorization: Bearer <METRICS_TOKEN>`.
