@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -50,8 +51,14 @@ def worker(monkeypatch):
     monkeypatch.setattr(services._WhatIfProgress, "report", slow_report)
     threads = []
 
+    def work(run_id: int) -> None:
+        try:
+            tasks.run_whatif.apply(args=(run_id,))
+        finally:
+            connections.close_all()  # this thread's own connection, or the test database cannot be dropped
+
     def run(run_id: int) -> None:
-        thread = threading.Thread(target=tasks.run_whatif.apply, args=((run_id,),))
+        thread = threading.Thread(target=work, args=(run_id,))
         thread.start()
         threads.append(thread)
 
