@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
@@ -40,8 +40,8 @@ from scheduling.models import (
     QuotaShare,
     SchedulingPass,
     ServiceEnvironment,
-    ShareUsageSample,
     ShareCapacityLimit,
+    ShareUsageSample,
     State,
     Team,
     TrainingPlan,

@@ -25,16 +25,10 @@ from pathlib import Path
 from urllib.request import urlopen
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+sys.path.insert(0, str(ROOT))
+
+from tools.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (the project is on the path from here)
+
 STEP = timedelta(seconds=30)
 
 
@@ -93,7 +87,6 @@ def main() -> int:
 
 def build_history(*, minutes: int) -> None:
     """Seed the demo `minutes` ago and replay the time since, a pass and an executor tick per 30 s."""
-    sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaportal.settings")
     import django
 
@@ -278,7 +271,7 @@ def photograph(
             page.goto(f"{base}/manage/whatif/{whatif_id}/")
             shoot(page, "whatif")
         if everything:
-            waiting = (Job.objects.filter(status="RUNNABLE", queue_position=1).order_by("id").first()
+            waiting = (Job.objects.filter(status="RUNNABLE", pending__queue_position=1).order_by("id").first()
                        if wanted("job") else None)
             extra = {
                 "job": f"/jobs/{waiting.pk}/" if waiting else "/jobs/",

@@ -3,6 +3,8 @@ through the configuration services, which validate with `scheduling.rules` and r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,8 +17,15 @@ from scheduling.models import JobQueue, QuotaShare, ServiceEnvironment, Training
 from scheduling.views.common import staff_page
 
 
-def _saved(request, what: str, obj, created: bool, to: str):
-    messages.success(request, f"{'Created' if created else 'Saved'} {what} {obj}.")
+def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object], update: Callable[[], object]):
+    """Create (no `obj` yet) or update through the service; redirect to `to` with a message, or put the
+    service's ValidationError on the form and return None so that the page shows it."""
+    try:
+        saved = create() if obj is None else update()
+    except ValidationError as exc:
+        f.add_errors(form, exc)
+        return None
+    messages.success(request, f"{'Created' if obj is None else 'Saved'} {what} {saved}.")
     return redirect(to)
 
 
@@ -38,16 +47,14 @@ def queue_edit(request, queue_id: int | None = None):
     )
     form = f.JobQueueForm(request.POST or None, job_queue=queue)
     if request.method == "POST" and form.is_valid():
-        try:
-            if queue is None:
-                queue = services.config_object_create(
-                    model=JobQueue, fields=form.cleaned_data, actor=request.user
-                )
-                return _saved(request, "queue", queue, True, "manage_queues")
-            queue = services.job_queue_update(job_queue=queue, changes=form.cleaned_data, actor=request.user)
-            return _saved(request, "queue", queue, False, "manage_queues")
-        except ValidationError as exc:
-            f.add_errors(form, exc)
+        saved = _save(
+            request, form, obj=queue, what="queue", to="manage_queues",
+            create=lambda: services.config_object_create(model=JobQueue, fields=form.cleaned_data,
+                                                         actor=request.user),
+            update=lambda: services.job_queue_update(job_queue=queue, changes=form.cleaned_data, actor=request.user),
+        )
+        if saved:
+            return saved
     return render(
         request,
         "scheduling/manage_form.html",
@@ -71,21 +78,16 @@ def environment_edit(request, environment_id: int | None = None):
     environment = get_object_or_404(ServiceEnvironment, pk=environment_id) if environment_id else None
     form = f.ServiceEnvironmentForm(request.POST or None, environment=environment)
     if request.method == "POST" and form.is_valid():
-        try:
-            if environment is None:
-                environment = services.service_environment_create(
-                    fields=form.environment_fields(), limits=form.limit_inputs(), actor=request.user
-                )
-                return _saved(request, "environment", environment, True, "manage_environments")
-            environment = services.service_environment_update(
-                environment=environment,
-                changes=form.environment_fields(),
-                limits=form.limit_inputs(),
-                actor=request.user,
-            )
-            return _saved(request, "environment", environment, False, "manage_environments")
-        except ValidationError as exc:
-            f.add_errors(form, exc)
+        saved = _save(
+            request, form, obj=environment, what="environment", to="manage_environments",
+            create=lambda: services.service_environment_create(
+                fields=form.environment_fields(), limits=form.limit_inputs(), actor=request.user),
+            update=lambda: services.service_environment_update(
+                environment=environment, changes=form.environment_fields(), limits=form.limit_inputs(),
+                actor=request.user),
+        )
+        if saved:
+            return saved
     held = {}
     job_queue = JobQueue.objects.filter(service_environment=environment).first() if environment else None
     if job_queue is not None:
@@ -128,18 +130,15 @@ def share_edit(request, share_id: int | None = None):
     share = _share(share_id)
     form = f.QuotaShareForm(request.POST or None, share=share)
     if request.method == "POST" and form.is_valid():
-        try:
-            if share is None:
-                share = services.quota_share_create(
-                    fields=form.share_fields(), limits=form.limit_inputs(), actor=request.user
-                )
-                return _saved(request, "quota share", share, True, "manage_shares")
-            share = services.quota_share_update(
-                share=share, changes=form.share_fields(), limits=form.limit_inputs(), actor=request.user
-            )
-            return _saved(request, "quota share", share, False, "manage_shares")
-        except ValidationError as exc:
-            f.add_errors(form, exc)
+        saved = _save(
+            request, form, obj=share, what="quota share", to="manage_shares",
+            create=lambda: services.quota_share_create(
+                fields=form.share_fields(), limits=form.limit_inputs(), actor=request.user),
+            update=lambda: services.quota_share_update(
+                share=share, changes=form.share_fields(), limits=form.limit_inputs(), actor=request.user),
+        )
+        if saved:
+            return saved
     return render(request, "scheduling/manage_share_form.html", _share_form_context(form, share))
 
 
@@ -223,18 +222,15 @@ def plan_edit(request, plan_id: int | None = None):
     form = f.TrainingPlanForm(request.POST or None, plan=plan)
     if request.method == "POST" and form.is_valid():
         shares = list(form.cleaned_data["quota_shares"])
-        try:
-            if plan is None:
-                plan = services.training_plan_create(
-                    fields=form.plan_fields(), quota_shares=shares, actor=request.user
-                )
-                return _saved(request, "training plan", plan, True, "manage_plans")
-            plan = services.training_plan_update(
-                plan=plan, changes=form.plan_fields(), quota_shares=shares, actor=request.user
-            )
-            return _saved(request, "training plan", plan, False, "manage_plans")
-        except ValidationError as exc:
-            f.add_errors(form, exc)
+        saved = _save(
+            request, form, obj=plan, what="training plan", to="manage_plans",
+            create=lambda: services.training_plan_create(
+                fields=form.plan_fields(), quota_shares=shares, actor=request.user),
+            update=lambda: services.training_plan_update(
+                plan=plan, changes=form.plan_fields(), quota_shares=shares, actor=request.user),
+        )
+        if saved:
+            return saved
     return render(
         request,
         "scheduling/manage_form.html",

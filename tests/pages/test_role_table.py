@@ -87,7 +87,7 @@ def pages(world, job, whatif):
 @pytest.mark.parametrize("role", ROLES)
 def test_every_role_gets_what_it_may_from_every_page_and_fragment(world, people, role):
     client = client_as(role, people)
-    for method, url, rule, target in pages(world, people["job"], people["whatif"]):
+    for _method, url, rule, target in pages(world, people["job"], people["whatif"]):
         response = client.get(url, headers=htmx_headers(target) if target else {})
         want = expected(role, rule)
         if want == SIGN_IN:

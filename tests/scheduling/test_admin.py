@@ -7,7 +7,14 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from scheduling.models import Event, EventKind, Job, QuotaShare, ShareCapacityLimit, State
-from tests.factories import InstanceTypeFactory, JobQueueFactory, TeamFactory, UserFactory, environment_with, share_with
+from tests.factories import (
+    InstanceTypeFactory,
+    JobQueueFactory,
+    TeamFactory,
+    UserFactory,
+    environment_with,
+    share_with,
+)
 
 pytestmark = pytest.mark.django_db
 

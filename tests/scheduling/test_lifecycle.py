@@ -10,7 +10,14 @@ from django.utils import timezone
 from scheduling import services
 from scheduling.errors import Conflict, NotAllowed
 from scheduling.models import EventKind, JobAttempt, JobStatus, Membership, ServiceEnvironment
-from tests.factories import JobQueueFactory, MembershipFactory, UserFactory, environment_with, job_in, share_with
+from tests.factories import (
+    JobQueueFactory,
+    MembershipFactory,
+    UserFactory,
+    environment_with,
+    job_in,
+    share_with,
+)
 
 pytestmark = pytest.mark.django_db
 

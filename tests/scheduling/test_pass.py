@@ -229,7 +229,7 @@ def test_pass_samples_utilization_at_most_once_per_interval(queue, settings):
     from scheduling.models import ShareUsageSample
 
     settings.SAMPLE_INTERVAL_SECONDS = 30
-    lender = share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
+    share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
     borrower = share_with(queue, "vision", {P5: 2}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
     job_in(borrower, [(P5, 6)])
     job_in(borrower, [(P5, 8)], name="waits")

@@ -8,7 +8,13 @@ import pytest
 
 from scheduling import rules, services, tasks
 from scheduling.models import Job, JobStatus, SchedulingPass
-from tests.factories import InstanceTypeFactory, JobQueueFactory, MembershipFactory, environment_with, share_with
+from tests.factories import (
+    InstanceTypeFactory,
+    JobQueueFactory,
+    MembershipFactory,
+    environment_with,
+    share_with,
+)
 
 pytestmark = pytest.mark.django_db
 
