@@ -151,11 +151,16 @@ class WorkingState:
             if job.status in PLACED_STATUSES:
                 if job.placement is None:
                     raise ValueError(f"job {job.id} is {job.status} but has no placement")
-                self._hold(job, job.placement, preemptible=True)
+                holding = self._hold(job, job.placement)
+                if holding is not None:  # its type's sums are counted once all jobs are in
+                    holding.victims.append(job)
+                    holding.usage += job.placement.instance_count
             elif job.status != JobStatus.RUNNABLE:
                 raise ValueError(f"job {job.id} has status {job.status}, not RUNNABLE or placed")
         for holding in self.holdings.values():
-            holding.victims.sort(key=lambda job: victim_key(job, job.placement))
+            if holding.victims:
+                holding.victims.sort(key=lambda job: victim_key(job, job.placement))
+                self._count_before_pass(holding)
 
     # --- lookups -----------------------------------------------------------------------------------------
 
@@ -207,7 +212,9 @@ class WorkingState:
         """Hold capacity for `job`, placed in this pass (so never a victim in it)."""
         placement = Placement(instance_type, count, training_plan, self.now)
         self.placed_in_pass.add(job.id)
-        self._hold(job, placement, preemptible=False)
+        holding = self._hold(job, placement)
+        if holding is not None:
+            self._adjust(holding, count, 0)
         return placement
 
     def release(self, job: Job) -> Placement:
@@ -226,17 +233,26 @@ class WorkingState:
             )
         return placement
 
-    def _hold(self, job: Job, placement: Placement, *, preemptible: bool) -> None:
+    def _count_before_pass(self, holding: Holding) -> None:
+        """Add a holding of jobs placed before the pass to its type's sums, as `_adjust` would one by one."""
+        ledger = self.ledgers[holding.instance_type]
+        holding.victim_usage = holding.usage
+        ledger.used += holding.usage
+        ledger.committed += max(holding.usage, holding.reserved) - holding.reserved
+        ledger.borrowed += holding.borrowed
+        if holding.over_limit:
+            ledger.reclaimable += holding.victim_usage
+        self.share_usage[holding.share.id] += holding.usage
+
+    def _hold(self, job: Job, placement: Placement) -> Holding | None:
+        """Record where `job` is placed; returns the on-demand holding it joins (None on a plan)."""
         self.placements[job.id] = placement
         if placement.training_plan is not None:
             name = placement.training_plan
             self.plan_in_use[name] = self.plan_in_use.get(name, 0) + placement.instance_count
             self.plan_jobs.setdefault(name, []).append(job)
-            return
-        holding = self.holding(job.share_id, placement.instance_type)
-        if preemptible:
-            holding.victims.append(job)
-        self._adjust(holding, placement.instance_count, placement.instance_count if preemptible else 0)
+            return None
+        return self.holding(job.share_id, placement.instance_type)
 
     def _adjust(self, holding: Holding, usage_delta: int, victim_delta: int) -> None:
         ledger = self.ledgers[holding.instance_type]

@@ -40,6 +40,17 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    a new job whose group (share, preference list, priority) was waiting then fails just as that group did; a
    capacity release on a type matters only to groups with an entry on it that are not held at their share's
    own limit (a RESERVE or LEND share without in-share preemption at its limit can neither fit nor preempt).
+5. **Shares with nothing to do are folded into capacity.** A share none of whose jobs the pass is given (no
+   waiting job, no job on a plan) and that is within its limit on every type can neither place nor lose a job
+   in the pass: it has nothing to place, so its usage stays within its limits and no reclaim takes from it,
+   and in-share preemption needs its own waiting job. What it does to the others is its part of invariant
+   B's sum, max(usage, reserved) per type, so the engine is given the other shares and, per type, capacity
+   less that part: every fit and victim search sees the same room. (Invariant A cannot break by it: the
+   other shares' usage plus the folded share's part is at most invariant B's sum, within capacity.)
+
+What a pass starts from is kept as jobs come and go, not recomputed per pass: the usage of each holding,
+invariant B's sum per type, which shares are over a limit (`PlacedJobs`), and which groups are held at their
+share's ceiling (recomputed for a share only when its usage or its groups change).
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from scheduling.engine import Decisions, Entry, Job, JobStatus, Placement, Plan, Share, Strategy
-from scheduling.engine.capacity import share_ceiling
+from scheduling.engine.capacity import reserved_capacity, share_ceiling
 from scheduling.engine.order import queue_key
 
 GROWTH = 4
@@ -70,12 +81,23 @@ class RunnableGroups:
     def __init__(self, *, strict_fifo: bool):
         self.strict_fifo = strict_fifo
         self.groups: dict[GroupKey, list[tuple[tuple, int]]] = {}
+        self.of_share: dict[int, dict[GroupKey, None]] = {}  # share -> its groups' keys
+        # share -> bumped whenever the groups of the share, or under STRICT_FIFO its head, change
+        self.generation: dict[int, int] = {}
 
     def key(self, job: Job) -> GroupKey:
         return (job.share_id, None) if self.strict_fifo else (job.share_id, (job.entries, job.priority))
 
     def add(self, job: Job) -> None:
-        insort(self.groups.setdefault(self.key(job), []), (queue_key(job), job.id))
+        key = self.key(job)
+        members = self.groups.get(key)
+        if members is None:
+            members = self.groups[key] = []
+            self.of_share.setdefault(job.share_id, {})[key] = None
+            self._changed(job.share_id)
+        elif self.strict_fifo:
+            self._changed(job.share_id)
+        insort(members, (queue_key(job), job.id))
 
     def remove(self, job: Job) -> None:
         key = self.key(job)
@@ -83,19 +105,40 @@ class RunnableGroups:
         del members[bisect_left(members, (queue_key(job), job.id))]
         if not members:
             del self.groups[key]
+            keys = self.of_share[job.share_id]
+            del keys[key]
+            if not keys:
+                del self.of_share[job.share_id]
+            self._changed(job.share_id)
+        elif self.strict_fifo:
+            self._changed(job.share_id)
 
     def items(self) -> Iterator[tuple[GroupKey, list[tuple[tuple, int]]]]:
         return iter(self.groups.items())
 
+    def _changed(self, share_id: int) -> None:
+        self.generation[share_id] = self.generation.get(share_id, 0) + 1
+
 
 class PlacedJobs:
-    """The placed jobs: on-demand ones by (share, type) with their sum, so a pass can see them summed."""
+    """The placed jobs: on-demand ones by (share, type) with their sum, so a pass can see them summed, and the
+    sums over shares a pass starts from, kept as jobs come and go."""
 
-    def __init__(self):
+    def __init__(self, shares: Mapping[int, Share]):
+        self.shares = shares
         self.on_demand: dict[tuple[int, str], dict[int, int]] = {}  # (share, type) -> job id -> priority
         self.usage: dict[tuple[int, str], int] = {}  # (share, type) -> instances
+        self.types_of: dict[int, dict[str, None]] = {}  # share -> the types it holds on demand
         self.on_plans: dict[int, None] = {}
         self.plan_usage: dict[str, int] = {}  # plan -> instances
+        # Invariant B's sum per type: max(usage, reserved) over shares (reserved 0 where a share has no limit)
+        self.committed: dict[str, int] = {}
+        self.over_limit: dict[int, int] = {}  # share -> how many of its holdings are over their limit
+        self.generation: dict[int, int] = {}  # share -> bumped at every change of its on-demand usage
+        for share in shares.values():
+            for instance_type, limit in share.limits.items():
+                reserved = reserved_capacity(share, limit)
+                self.committed[instance_type] = self.committed.get(instance_type, 0) + reserved
 
     def add(self, job: Job) -> None:
         placement = job.placement
@@ -105,8 +148,12 @@ class PlacedJobs:
             self.plan_usage[plan] = self.plan_usage.get(plan, 0) + placement.instance_count
             return
         key = (job.share_id, placement.instance_type)
-        self.on_demand.setdefault(key, {})[job.id] = job.priority
-        self.usage[key] = self.usage.get(key, 0) + placement.instance_count
+        holding = self.on_demand.get(key)
+        if holding is None:
+            holding = self.on_demand[key] = {}
+            self.types_of.setdefault(job.share_id, {})[placement.instance_type] = None
+        holding[job.id] = job.priority
+        self._change(key, placement.instance_count)
 
     def remove(self, job: Job) -> None:
         placement = job.placement
@@ -117,18 +164,56 @@ class PlacedJobs:
         key = (job.share_id, placement.instance_type)
         holding = self.on_demand[key]
         del holding[job.id]
-        self.usage[key] -= placement.instance_count
+        self._change(key, -placement.instance_count)
         if not holding:
             del self.on_demand[key]
             del self.usage[key]
+            types = self.types_of[job.share_id]
+            del types[placement.instance_type]
+            if not types:
+                del self.types_of[job.share_id]
+
+    def contribution(self, share_id: int, instance_type: str) -> int:
+        """What the share's holding adds to invariant B's sum for the type: max(usage, reserved)."""
+        share = self.shares[share_id]
+        reserved = reserved_capacity(share, share.limits.get(instance_type, 0))
+        return max(self.usage.get((share_id, instance_type), 0), reserved)
+
+    def _change(self, key: tuple[int, str], count: int) -> None:
+        share_id, instance_type = key
+        before = self.usage.get(key, 0)
+        committed = self.contribution(share_id, instance_type)
+        self.usage[key] = after = before + count
+        self.committed[instance_type] = (
+            self.committed.get(instance_type, 0) + self.contribution(share_id, instance_type) - committed
+        )
+        limit = self.shares[share_id].limits.get(instance_type, 0)
+        over = (after > limit) - (before > limit)
+        if over:
+            self.over_limit[share_id] = self.over_limit.get(share_id, 0) + over
+        self.generation[share_id] = self.generation.get(share_id, 0) + 1
 
 
 @dataclass
-class ReducedSnapshotJobs:
+class ReducedSnapshot:
+    """What the engine is given instead of the whole queue: jobs, and the shares and capacity left after
+    folding (point 5)."""
+
     jobs: list[Job]
+    shares: tuple[Share, ...]
+    capacity: dict[str, int]
+
+
+@dataclass
+class ReducedSnapshotJobs(ReducedSnapshot):
     last_taken: dict[GroupKey, int]  # groups cut short -> id of the last job given to the engine
-    usage: dict[tuple[int, str], int]  # on-demand instances per (share, type) before the pass
+    usage: Mapping[tuple[int, str], int]  # on-demand instances per (share, type) before the pass is applied
     lowest_priority: dict[tuple[int, str], int]  # of the jobs placed on demand per (share, type)
+
+
+@dataclass
+class PreemptingSnapshot(ReducedSnapshot):
+    summed: set[tuple[int, str]]  # (share, type) holdings given as placeholders
 
 
 class Reducer:
@@ -144,10 +229,18 @@ class Reducer:
     ):
         self.shares = shares
         self.capacity = capacity
+        # Point 5: a share can be folded into capacity only when every type it has a limit on is offered.
+        self.foldable = {
+            share.id: all(instance_type in capacity for instance_type in share.limits)
+            for share in shares.values()
+        }
+        self.in_id_order = tuple(sorted(shares.values(), key=lambda share: share.id))
         self.plan_counts = {plan.name: plan.instance_count for plan in plans}
         self.epoch = epoch
         self._placeholders: dict[tuple[int, str, int, int], Job] = {}
         self._ids: dict[tuple[int, str], int] = {}
+        # share -> ((its usage generation, its groups' generation), its groups not held at its ceiling)
+        self._live: dict[int, tuple[tuple[int, int], list[GroupKey]]] = {}
 
     def placeholder(self, share_id: int, instance_type: str, count: int, priority: int) -> Job:
         key = (share_id, instance_type, count, priority)
@@ -174,33 +267,20 @@ class Reducer:
         due: set[int],
         takes: Mapping[GroupKey, int],
     ) -> ReducedSnapshotJobs:
-        jobs: list[Job] = []
-        lowest_priority: dict[tuple[int, str], int] = {}
-        for key, holding in placed.on_demand.items():
-            share_id, instance_type = key
-            lowest = 0
-            # Only in-share preemption reads a victim's priority without also reading the real jobs.
-            if self.shares[share_id].in_share_preemption:
-                lowest = lowest_priority[key] = min(holding.values())
-            jobs.append(self.placeholder(share_id, instance_type, placed.usage[key], lowest))
-        jobs.extend(unfinished[job_id] for job_id in placed.on_plans)
+        jobs: list[Job] = [unfinished[job_id] for job_id in placed.on_plans]
         last_taken: dict[GroupKey, int] = {}
         room = self.room_in(placed)
-        # Groups of one share and preference list (priorities apart) are held or bounded alike.
-        bounds: dict[tuple[int, tuple[Entry, ...]], int | None] = {}
-        for key, members in groups.items():
-            first = unfinished[members[0][1]]
+        # Groups of one share and preference list (priorities apart) are bounded alike.
+        bounds: dict[tuple[int, tuple[Entry, ...]], int] = {}
+        for key in self.live_groups(unfinished=unfinished, placed=placed, groups=groups):
+            members = groups.groups[key]
             take = takes.get(key)
             if take is None:
+                first = unfinished[members[0][1]]
                 alike = (first.share_id, first.entries)
-                if alike not in bounds:
-                    held = self.held_at_ceiling(first, placed.usage)
-                    bounds[alike] = (
-                        None if held else 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
-                    )
-                take = bounds[alike]
+                take = bounds.get(alike)
                 if take is None:
-                    continue
+                    take = bounds[alike] = 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
             if not due:
                 jobs.extend(unfinished[job_id] for _, job_id in members[:take])
                 if len(members) > take:
@@ -217,9 +297,60 @@ class Reducer:
                 jobs.append(unfinished[job_id])
                 taken.append(job_id)
         jobs.extend(unfinished[job_id] for job_id in due)
+        shares, capacity = self.fold_idle_shares({job.share_id for job in jobs}, placed)
+        lowest_priority: dict[tuple[int, str], int] = {}
+        for share in shares:
+            for instance_type in placed.types_of.get(share.id, ()):
+                key = (share.id, instance_type)
+                lowest = 0
+                # Only in-share preemption reads a victim's priority without also reading the real jobs.
+                if share.in_share_preemption:
+                    lowest = lowest_priority[key] = min(placed.on_demand[key].values())
+                jobs.append(self.placeholder(share.id, instance_type, placed.usage[key], lowest))
         return ReducedSnapshotJobs(
-            jobs=jobs, last_taken=last_taken, usage=dict(placed.usage), lowest_priority=lowest_priority
+            jobs=jobs,
+            shares=shares,
+            capacity=capacity,
+            last_taken=last_taken,
+            usage=placed.usage,
+            lowest_priority=lowest_priority,
         )
+
+    def live_groups(
+        self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups
+    ) -> Iterator[GroupKey]:
+        """The groups not held at their share's ceiling (point 2). Whether a group is held changes only with
+        its share's usage, so each share's answer is kept until its usage or its groups change."""
+        for share_id, keys in groups.of_share.items():
+            stamp = (placed.generation.get(share_id, 0), groups.generation[share_id])
+            known = self._live.get(share_id)
+            if known is None or known[0] != stamp:
+                live = [
+                    key
+                    for key in keys
+                    if not self.held_at_ceiling(unfinished[groups.groups[key][0][1]], placed.usage)
+                ]
+                known = self._live[share_id] = (stamp, live)
+            yield from known[1]
+
+    def fold_idle_shares(
+        self, active: set[int], placed: PlacedJobs
+    ) -> tuple[tuple[Share, ...], dict[str, int]]:
+        """Point 5: the shares the engine is given, and each type's capacity once the others are folded."""
+        kept = tuple(
+            share
+            for share in self.in_id_order
+            if share.id in active or placed.over_limit.get(share.id) or not self.foldable[share.id]
+        )
+        capacity = {
+            instance_type: total - placed.committed.get(instance_type, 0)
+            for instance_type, total in self.capacity.items()
+        }
+        for share in kept:
+            for instance_type in {**share.limits, **placed.types_of.get(share.id, {})}:
+                if instance_type in capacity:
+                    capacity[instance_type] += placed.contribution(share.id, instance_type)
+        return kept, capacity
 
     def most_placed(self, first: Job, room, *, strict_fifo: bool) -> int:
         """How many jobs of `first`'s group a pass that preempts nobody can place at most. A group is one
@@ -234,27 +365,18 @@ class Reducer:
     def room_in(self, placed: PlacedJobs):
         """room(share, entry): at most the instances the share can still place on the entry in a pass that
         preempts nobody; each placement on the entry takes at least its count from it."""
-        committed: dict[str, int] = {}
-        for share in self.shares.values():
-            for instance_type, limit in share.limits.items():
-                reserved = limit if share.strategy == Strategy.RESERVE else 0
-                used = placed.usage.get((share.id, instance_type), 0)
-                committed[instance_type] = committed.get(instance_type, 0) + max(used, reserved)
-        for (share_id, instance_type), used in placed.usage.items():
-            if instance_type not in self.shares[share_id].limits:
-                committed[instance_type] = committed.get(instance_type, 0) + used
         rooms: dict[tuple[int, str, str | None], int] = {}
 
         def room(share_id: int, entry: Entry) -> int:
             key = (share_id, entry.instance_type, entry.training_plan)
             found = rooms.get(key)
             if found is None:
-                found = rooms[key] = max(0, self._room(share_id, entry, placed, committed))
+                found = rooms[key] = max(0, self._room(share_id, entry, placed))
             return found
 
         return room
 
-    def _room(self, share_id: int, entry: Entry, placed: PlacedJobs, committed: Mapping[str, int]) -> int:
+    def _room(self, share_id: int, entry: Entry, placed: PlacedJobs) -> int:
         if entry.training_plan is not None:
             return self.plan_counts.get(entry.training_plan, 0) - placed.plan_usage.get(
                 entry.training_plan, 0
@@ -263,29 +385,20 @@ class Reducer:
         instance_type = entry.instance_type
         used = placed.usage.get((share_id, instance_type), 0)
         limit = share.limits.get(instance_type, 0)
-        reserved = limit if share.strategy == Strategy.RESERVE else 0
+        reserved = reserved_capacity(share, limit)
         # Invariant B: placing within a RESERVE share's own limit commits nothing more.
         lendable = (
-            self.capacity.get(instance_type, 0) - committed.get(instance_type, 0) + max(0, reserved - used)
+            self.capacity.get(instance_type, 0)
+            - placed.committed.get(instance_type, 0)
+            + max(0, reserved - used)
         )
         ceiling = share_ceiling(share, limit)
         return lendable if ceiling is None else min(lendable, ceiling - used)
 
     def jobs_for_preemption(
         self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups, due: set[int]
-    ) -> tuple[list[Job], set[tuple[int, str]]]:
+    ) -> PreemptingSnapshot:
         """A pass that preempts (point 3): the jobs, and the (share, type) holdings given as placeholders."""
-        jobs: list[Job] = []
-        summed: set[tuple[int, str]] = set()
-        for key, holding in placed.on_demand.items():
-            share_id, instance_type = key
-            share = self.shares[share_id]
-            if share.in_share_preemption or placed.usage[key] > share.limits.get(instance_type, 0):
-                jobs.extend(unfinished[job_id] for job_id in holding)
-            else:
-                summed.add(key)
-                jobs.append(self.placeholder(share_id, instance_type, placed.usage[key], 0))
-        jobs.extend(unfinished[job_id] for job_id in placed.on_plans)
         included = set(due)
         for _, members in groups.items():
             first = unfinished[members[0][1]]
@@ -294,8 +407,19 @@ class Reducer:
             ):
                 continue
             included.update(job_id for _, job_id in members)
-        jobs.extend(unfinished[job_id] for job_id in included)
-        return jobs, summed
+        jobs = [unfinished[job_id] for job_id in included]
+        jobs.extend(unfinished[job_id] for job_id in placed.on_plans)
+        shares, capacity = self.fold_idle_shares({job.share_id for job in jobs}, placed)
+        summed: set[tuple[int, str]] = set()
+        for share in shares:
+            for instance_type in placed.types_of.get(share.id, ()):
+                key = (share.id, instance_type)
+                if share.in_share_preemption or placed.usage[key] > share.limits.get(instance_type, 0):
+                    jobs.extend(unfinished[job_id] for job_id in placed.on_demand[key])
+                else:
+                    summed.add(key)
+                    jobs.append(self.placeholder(share.id, instance_type, placed.usage[key], 0))
+        return PreemptingSnapshot(jobs=jobs, shares=shares, capacity=capacity, summed=summed)
 
     @staticmethod
     def preemption_verdict(decisions: Decisions, summed: set[tuple[int, str]]) -> bool:

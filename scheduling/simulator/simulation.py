@@ -45,7 +45,15 @@ from scheduling.engine import (
 from .config import MAX_PREFERENCES, Configuration, entry_problem, validate
 from .invariants import InvariantViolation, PassChecker
 from .meter import UsageMeter
-from .shortcuts import MAX_ATTEMPTS, PlacedJobs, Reducer, RunnableGroups, same_decisions, saturation_key
+from .shortcuts import (
+    MAX_ATTEMPTS,
+    PlacedJobs,
+    ReducedSnapshot,
+    Reducer,
+    RunnableGroups,
+    same_decisions,
+    saturation_key,
+)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ScheduleFunction = Callable[[Snapshot], Decisions]
@@ -275,7 +283,7 @@ class Simulation:
         # What the next snapshot holds (by job id), indexed for the shortcuts.
         self.unfinished: dict[int, Job] = {}
         self.groups = RunnableGroups(strict_fifo=configuration.ordering == Ordering.STRICT_FIFO)
-        self.placed = PlacedJobs()
+        self.placed = PlacedJobs(self.share_by_id)
         self.timeout_watch: set[int] = set()
         self.waiting: dict[tuple, int] = {}  # saturation key -> RUNNABLE jobs
         self.waiting_on_type: dict[str, set[tuple]] = {}
@@ -563,11 +571,11 @@ class Simulation:
 
     # --- a pass ------------------------------------------------------------------------------------------
 
-    def _snapshot(self, now: float, jobs) -> Snapshot:
+    def _snapshot(self, now: float, jobs, reduced: ReducedSnapshot | None = None) -> Snapshot:
         return Snapshot(
             now=to_datetime(now),
-            capacity=self.capacity,
-            shares=self.shares,
+            capacity=self.capacity if reduced is None else reduced.capacity,
+            shares=self.shares if reduced is None else reduced.shares,
             jobs=tuple(jobs),
             plans=self.plans,
             ordering=self.config.ordering,
@@ -596,7 +604,7 @@ class Simulation:
             reduced = self.reducer.jobs(
                 unfinished=self.unfinished, placed=self.placed, groups=self.groups, due=due, takes=takes
             )
-            decisions = self.schedule(self._snapshot(now, reduced.jobs))
+            decisions = self.schedule(self._snapshot(now, reduced.jobs, reduced))
             exact, widen = self.reducer.verdict(
                 decisions, reduced, unfinished=self.unfinished, groups=self.groups
             )
@@ -609,11 +617,11 @@ class Simulation:
             takes.update(widen)
         else:
             return None
-        jobs, summed = self.reducer.jobs_for_preemption(
+        preempting = self.reducer.jobs_for_preemption(
             unfinished=self.unfinished, placed=self.placed, groups=self.groups, due=due
         )
-        decisions = self.schedule(self._snapshot(now, jobs))
-        if self.reducer.preemption_verdict(decisions, summed):
+        decisions = self.schedule(self._snapshot(now, preempting.jobs, preempting))
+        if self.reducer.preemption_verdict(decisions, preempting.summed):
             self.stats.passes_preempting += 1
             return decisions
         return None
