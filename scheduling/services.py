@@ -1110,8 +1110,7 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
                 actor=actor)
     except ValidationError as exc:
         # Checked when the run started and the queue has not changed since: only a rule changed meanwhile.
-        messages = "; ".join(message for values in exc.message_dict.values() for message in values)
-        raise Conflict(f"the proposal could not be applied ({messages}); nothing was changed") from None
+        raise Conflict(f"the proposal could not be applied ({'; '.join(exc.messages)}); nothing was changed") from None
     now = timezone.now()
     who = getattr(actor, "username", None) or "system"
     Event.objects.create(
