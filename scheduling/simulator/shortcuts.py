@@ -28,14 +28,18 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    A group whose share is already over its ceiling on every entry (RESERVE or LEND at its limit, or
    LEND_AND_BORROW at its borrow limit), with no in-share preemption, is left out entirely: in a pass that
    preempts nobody its share's usage only grows, so none of its jobs can be placed, nor reclaim (which needs
-   the share to end within its own limit). Jobs of a disabled share are never tried.
+   the share to end within its own limit). Jobs of a disabled share are never tried. Likewise, in that pass,
+   a group is left out that is *stuck*: no in-share preemption, and on every entry no room now (room only
+   shrinks) and its share's usage plus the entry's count above its own limit (so no reclaim either).
 3. **A pass that preempts** is run again with the real jobs of every holding a victim may come from: shares
    over their limit on the type (reclaim) and shares with in-share preemption; the other holdings stay summed
    (no victim is ever taken from a share within its limit without in-share preemption). All waiting jobs are
    given, but those of RESERVE and LEND shares held at their limit: such a share is never over its limit, so
    never loses a job to reclaim, and its usage only grows. The decisions are kept unless a summed holding went
    over its limit in the pass (its jobs became reclaimable) or a placeholder was named; then the whole
-   snapshot decides.
+   snapshot decides. Groups stuck when the pass starts are first left out, and the decisions kept if they
+   provably stayed stuck through the preemptions (`Reducer.stayed_stuck`); else the pass is run again with
+   them.
 4. **Passes that cannot decide anything are skipped** (see `simulation`): after a pass that decided nothing,
    a new job whose group (share, preference list, priority) was waiting then fails just as that group did; a
    capacity release on a type matters only to groups with an entry on it that are not held at their share's
@@ -214,6 +218,8 @@ class ReducedSnapshotJobs(ReducedSnapshot):
 @dataclass
 class PreemptingSnapshot(ReducedSnapshot):
     summed: set[tuple[int, str]]  # (share, type) holdings given as placeholders
+    stuck: list[tuple[int, tuple[Entry, ...], tuple[int, ...]]]  # (share, entries, room per entry) left out
+    usage: Mapping[tuple[int, str], int]  # on-demand instances per (share, type) before the pass is applied
 
 
 class Reducer:
@@ -270,17 +276,23 @@ class Reducer:
         jobs: list[Job] = [unfinished[job_id] for job_id in placed.on_plans]
         last_taken: dict[GroupKey, int] = {}
         room = self.room_in(placed)
-        # Groups of one share and preference list (priorities apart) are bounded alike.
-        bounds: dict[tuple[int, tuple[Entry, ...]], int] = {}
+        # Groups of one share and preference list (priorities apart) are stuck or bounded alike.
+        bounds: dict[tuple[int, tuple[Entry, ...]], int | None] = {}
         for key in self.live_groups(unfinished=unfinished, placed=placed, groups=groups):
             members = groups.groups[key]
             take = takes.get(key)
             if take is None:
                 first = unfinished[members[0][1]]
                 alike = (first.share_id, first.entries)
-                take = bounds.get(alike)
+                if alike not in bounds:
+                    bounds[alike] = (
+                        None
+                        if self.stuck(first, room, placed.usage)
+                        else 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
+                    )
+                take = bounds[alike]
                 if take is None:
-                    take = bounds[alike] = 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
+                    continue
             if not due:
                 jobs.extend(unfinished[job_id] for _, job_id in members[:take])
                 if len(members) > take:
@@ -396,15 +408,32 @@ class Reducer:
         return lendable if ceiling is None else min(lendable, ceiling - used)
 
     def jobs_for_preemption(
-        self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups, due: set[int]
+        self,
+        *,
+        unfinished: Mapping[int, Job],
+        placed: PlacedJobs,
+        groups: RunnableGroups,
+        due: set[int],
+        leave_out_stuck: bool,
     ) -> PreemptingSnapshot:
-        """A pass that preempts (point 3): the jobs, and the (share, type) holdings given as placeholders."""
+        """A pass that preempts (point 3): the jobs, the (share, type) holdings given as placeholders, and
+        the groups left out as stuck, with what `preemption_verdict` needs to know that they stayed stuck."""
         included = set(due)
+        room = self.room_in(placed)
+        stuck: list[tuple[int, tuple[Entry, ...], tuple[int, ...]]] = []
+        seen: set[tuple[int, tuple[Entry, ...]]] = set()
         for _, members in groups.items():
             first = unfinished[members[0][1]]
             if self.shares[first.share_id].strategy != Strategy.LEND_AND_BORROW and self.held_at_ceiling(
                 first, placed.usage
             ):
+                continue
+            if leave_out_stuck and self.stuck(first, room, placed.usage):
+                alike = (first.share_id, first.entries)
+                if alike not in seen:
+                    seen.add(alike)
+                    rooms = tuple(room(first.share_id, entry) for entry in first.entries)
+                    stuck.append((first.share_id, first.entries, rooms))
                 continue
             included.update(job_id for _, job_id in members)
         jobs = [unfinished[job_id] for job_id in included]
@@ -419,18 +448,68 @@ class Reducer:
                 else:
                     summed.add(key)
                     jobs.append(self.placeholder(share.id, instance_type, placed.usage[key], 0))
-        return PreemptingSnapshot(jobs=jobs, shares=shares, capacity=capacity, summed=summed)
+        return PreemptingSnapshot(
+            jobs=jobs, shares=shares, capacity=capacity, summed=summed, stuck=stuck, usage=placed.usage
+        )
 
-    @staticmethod
-    def preemption_verdict(decisions: Decisions, summed: set[tuple[int, str]]) -> bool:
-        """Exact unless a placeholder was named or a summed holding went over its limit (so reclaimable)."""
+    def preemption_verdict(self, decisions: Decisions, preempting: PreemptingSnapshot) -> bool:
+        """Exact unless a placeholder was named, a summed holding went over its limit (so reclaimable), or a
+        group left out as stuck may have come unstuck."""
         if any(p.job_id < 0 for p in decisions.preemptions) or any(d.job_id < 0 for d in decisions.drains):
             return False
-        return not any(
-            admission.borrowed and (admission.share_id, admission.instance_type) in summed
+        if any(
+            admission.borrowed and (admission.share_id, admission.instance_type) in preempting.summed
             for admission in decisions.admissions
             if admission.training_plan is None
-        )
+        ):
+            return False
+        return not preempting.stuck or self.stayed_stuck(decisions, preempting)
+
+    def stayed_stuck(self, decisions: Decisions, preempting: PreemptingSnapshot) -> bool:
+        """Point 3: a group stuck when the pass starts (see `stuck`) stays stuck through a pass that preempts
+        when, on each of its entries, its room then plus what the pass freed on the type is still less than
+        the entry's count, and its share's usage less what the pass took from it still leaves no room under
+        its own limit (reclaim stays out of reach). A release of n instances adds at most n to anybody's room,
+        and a preemptor is placed as soon as its victims are gone, taking its count back unless its share is
+        RESERVE (which may have held that room already), so the room of any moment is at most the room at
+        the start plus, over the preemptions made so far, what their victims freed beyond their preemptor's
+        placement. Then no job of the group is placed or preempts at any point of the pass, with or without
+        it in the snapshot, and leaving the group out changes nothing."""
+        placed = {admission.job_id: admission for admission in decisions.admissions}
+        released: dict[int | None, dict[str, int]] = {}  # preemptor -> type -> instances of its victims
+        taken: dict[tuple[int, str], int] = {}
+        for preemption in decisions.preemptions:
+            instance_type = preemption.instance_type
+            by_type = released.setdefault(preemption.preemptor_job_id, {})
+            by_type[instance_type] = by_type.get(instance_type, 0) + preemption.instances
+            key = (preemption.share_id, instance_type)
+            taken[key] = taken.get(key, 0) + preemption.instances
+        freed: dict[str, int] = {}
+        for preemptor, by_type in released.items():
+            admission = placed.get(preemptor) if preemptor is not None else None
+            for instance_type, instances in by_type.items():
+                if (
+                    admission is not None
+                    and admission.training_plan is None
+                    and admission.instance_type == instance_type
+                    and self.shares[admission.share_id].strategy != Strategy.RESERVE
+                ):
+                    instances -= admission.instance_count
+                freed[instance_type] = freed.get(instance_type, 0) + max(0, instances)
+        for drain in decisions.drains:
+            freed[drain.instance_type] = freed.get(drain.instance_type, 0) + drain.instances
+        for share_id, entries, rooms in preempting.stuck:
+            limits = self.shares[share_id].limits
+            for entry, room in zip(entries, rooms, strict=True):
+                instance_type, count = entry.instance_type, entry.instance_count
+                if room + freed.get(instance_type, 0) >= count:
+                    return False
+                used = preempting.usage.get((share_id, instance_type), 0) - taken.get(
+                    (share_id, instance_type), 0
+                )
+                if used + count <= limits.get(instance_type, 0):
+                    return False
+        return True
 
     def held_at_ceiling(self, job: Job, usage: Mapping[tuple[int, str], int]) -> bool:
         """No job of this group can be placed or preempt in a pass that preempts nobody: every entry is on
@@ -449,6 +528,24 @@ class Reducer:
                 ceiling is None
                 or usage.get((share.id, entry.instance_type), 0) + entry.instance_count <= ceiling
             ):
+                return False
+        return True
+
+    def stuck(self, job: Job, room, usage: Mapping[tuple[int, str], int]) -> bool:
+        """No job of this group can be placed or preempt in a pass that preempts nobody: every entry is on
+        demand, has no room now (room only shrinks), and would leave the share above its own limit (its usage
+        only grows), so reclaim cannot help; and the share has no in-share preemption. `held_at_ceiling` is
+        the case that depends on the share's usage alone."""
+        share = self.shares[job.share_id]
+        if share.in_share_preemption:
+            return False
+        for entry in job.entries:
+            if entry.training_plan is not None:
+                return False
+            instance_type, count = entry.instance_type, entry.instance_count
+            if room(share.id, entry) >= count:
+                return False
+            if usage.get((share.id, instance_type), 0) + count <= share.limits.get(instance_type, 0):
                 return False
         return True
 

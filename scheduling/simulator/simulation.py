@@ -617,13 +617,21 @@ class Simulation:
             takes.update(widen)
         else:
             return None
-        preempting = self.reducer.jobs_for_preemption(
-            unfinished=self.unfinished, placed=self.placed, groups=self.groups, due=due
-        )
-        decisions = self.schedule(self._snapshot(now, preempting.jobs, preempting))
-        if self.reducer.preemption_verdict(decisions, preempting.summed):
-            self.stats.passes_preempting += 1
-            return decisions
+        for leave_out_stuck in (True, False):
+            preempting = self.reducer.jobs_for_preemption(
+                unfinished=self.unfinished,
+                placed=self.placed,
+                groups=self.groups,
+                due=due,
+                leave_out_stuck=leave_out_stuck,
+            )
+            decisions = self.schedule(self._snapshot(now, preempting.jobs, preempting))
+            if self.reducer.preemption_verdict(decisions, preempting):
+                self.stats.passes_preempting += 1
+                return decisions
+            if not preempting.stuck:
+                break
+            self.stats.reduced_retries += 1
         return None
 
     def _verify_nothing_to_decide(self, index: int, now: float) -> None:
