@@ -381,7 +381,8 @@ def decisions_write(
         })
     rows_update(model=Job, fields=_FULL_FIELDS, rows=changed)
     rows_delete(PendingState, stale)
-    rows_insert(PendingState, waiting)
+    # In key order, so the new rows append to the primary key's index rather than land all over it.
+    rows_insert(PendingState, sorted(waiting, key=operator.itemgetter("job_id")))
     rows_insert(JobAttempt, attempts)
     rows_insert(Event, events)
     return admitted, preempted

@@ -11,11 +11,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from scheduling.management.commands.soak import (
+    Command,
     Config,
     capacity_violations,
     history_violations,
     replay_violations,
 )
+from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 from tests.ops.support import BASE_DIR, PYTHON, child_env, ops_broker_url, require_redis
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -161,6 +163,43 @@ def test_broken_histories_are_caught(status, kinds, attempts, found):
     assert any(found in message for message in broken), broken
 
 
+def drain(queue_ids: list[int], *, stall: int, limit: int) -> tuple[str | None, float]:
+    command = Command()
+    command.options = {"drain_seconds": limit, "stall_seconds": stall}
+    return command._drain({"queue_ids": queue_ids})
+
+
+@pytest.mark.django_db
+def test_the_drain_ends_as_soon_as_no_job_finishes():
+    queue = JobQueueFactory()
+    environment_with(queue, {"p5": 4})
+    job_in(share_with(queue, "s", {"p5": 4}), [("p5", 1)])
+
+    undrained, _ = drain([queue.pk], stall=1, limit=60)
+
+    assert undrained.startswith("the drain stalled: no job finished for 1 s (")
+
+
+@pytest.mark.django_db
+def test_the_drain_ends_at_once_on_finished_queues():
+    queue = JobQueueFactory()
+
+    undrained, _ = drain([queue.pk], stall=1, limit=60)
+
+    assert undrained is None
+
+
+@pytest.mark.django_db
+def test_the_drain_has_a_limit_even_while_jobs_finish():
+    queue = JobQueueFactory()
+    environment_with(queue, {"p5": 4})
+    job_in(share_with(queue, "s", {"p5": 4}), [("p5", 1)])
+
+    undrained, _ = drain([queue.pk], stall=5, limit=1)
+
+    assert undrained == "the queues did not drain within 1 s"
+
+
 @pytest.mark.django_db
 def test_the_soak_refuses_sqlite_or_a_broker_other_than_redis(settings, on_postgres):
     settings.CELERY_BROKER_URL = "filesystem://"
@@ -201,7 +240,9 @@ def test_a_short_soak_passes_with_three_workers(tmp_path):
             "--jobs",
             "2000",
             "--drain-seconds",
-            "90",
+            "240",
+            "--stall-seconds",
+            "45",
             "--json",
             str(report),
         ],
@@ -209,7 +250,7 @@ def test_a_short_soak_passes_with_three_workers(tmp_path):
         cwd=BASE_DIR,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=420,
     )
 
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import timedelta
 
 import pytest
@@ -9,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import services
+from scheduling import services, snapshot
 from scheduling.models import (
     Event,
     EventKind,
@@ -252,3 +253,32 @@ def test_history_prune_keeps_recent_rows(queue, settings):
     # one sample (nlp, P5) and one pass record
     assert services.history_prune(now=timezone.now() + timedelta(days=9)) == 2
     assert not ShareUsageSample.objects.exists() and not SchedulingPass.objects.exists()
+
+
+def test_the_garbage_collector_waits_while_the_queue_is_locked_and_resumes_after(queue, monkeypatch):
+    seen = []
+    execute = snapshot.pass_execute
+
+    def watched(**kwargs):
+        seen.append(gc.isenabled())
+        return execute(**kwargs)
+
+    monkeypatch.setattr(snapshot, "pass_execute", watched)
+    job_in(share_with(queue, "nlp", {P5: 4}), [(P5, 2)])
+    assert gc.isenabled()
+
+    run_pass(queue)
+
+    assert seen == [False] and gc.isenabled()
+
+
+def test_the_garbage_collector_resumes_after_a_failed_pass(queue, monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("engine broke")
+
+    monkeypatch.setattr(snapshot, "pass_execute", broken)
+
+    with pytest.raises(RuntimeError):
+        run_pass(queue)
+
+    assert gc.isenabled()

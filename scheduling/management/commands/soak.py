@@ -409,8 +409,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--drain-seconds",
             type=int,
-            default=180,
-            help="how long to wait for every job to finish after the load (default 180)",
+            default=300,
+            help="at most this long to wait for every job to finish after the load (default 300)",
+        )
+        parser.add_argument(
+            "--stall-seconds",
+            type=int,
+            default=45,
+            help="the drain fails as soon as no job has finished for this long (default 45)",
         )
         parser.add_argument(
             "--own-redis",
@@ -431,6 +437,8 @@ class Command(BaseCommand):
         seconds, clients, workers = options["seconds"], options["clients"], options["workers"]
         if not (1 <= seconds <= 3600 and 1 <= clients <= 64 and 1 <= workers <= 16 and options["jobs"] >= 1):
             raise CommandError("--seconds 1..3600, --clients 1..64, --workers 1..16, --jobs >= 1")
+        if not 1 <= options["stall_seconds"] <= options["drain_seconds"]:
+            raise CommandError("--stall-seconds must be at least 1 and at most --drain-seconds")
         if connection.vendor != "postgresql":
             raise CommandError(
                 "the soak needs PostgreSQL: set DATABASE_URL=postgres://... (SQLite serializes "
@@ -497,22 +505,21 @@ class Command(BaseCommand):
         load_over.set()
         load_seconds = time.monotonic() - load_started
         faults.join(timeout=options["fault_seconds"] + 60)
-        drained, drain_seconds = self._drain(world)
+        undrained, drain_seconds = self._drain(world)
         stop.set()
         backlog = self._broker_backlog(broker)
         executor.join(timeout=REQUEST_TIMEOUT + 5)
         sampler.join(timeout=30)
         self.processes.stop_all()
-        if not drained:
+        if undrained:
             left = list(
                 Job.objects.filter(
                     job_queue_id__in=world["queue_ids"], status__in=UNFINISHED_STATUSES
                 ).values_list("id", "job_queue__name", "status", Coalesce("pending__status_reason", "status_reason"))[:20]
             )
             self.stats.violation(
-                f"the queues did not drain within {options['drain_seconds']} s (the external executor's "
-                f"last round "
-                f"began {time.monotonic() - self.executor_heartbeat:.1f} s ago); unfinished: "
+                f"{undrained} (the external executor's last round began "
+                f"{time.monotonic() - self.executor_heartbeat:.1f} s ago); unfinished: "
                 + "; ".join(f"job {i} on {q} {s}: {r[:160]}" for i, q, s, r in left)
             )
         return self._final_checks(world, started_at, load_seconds, drain_seconds, backlog)
@@ -958,17 +965,34 @@ class Command(BaseCommand):
 
     # --- the end --------------------------------------------------------------------------------------------
 
-    def _drain(self, world: dict) -> tuple[bool, float]:
-        began = time.monotonic()
+    def _drain(self, world: dict) -> tuple[str | None, float]:
+        """Wait for every job to finish: None once they have, else why the wait ended.
+
+        How long a backlog takes depends on how fast the clients submitted, which depends on the machine; a
+        stuck job does not. So the wait goes on while jobs keep finishing, and ends as soon as none has for
+        --stall-seconds (a job that should run and does not), or at --drain-seconds in any case.
+        """
+        began = progressed = time.monotonic()
         unfinished = Job.objects.filter(job_queue_id__in=world["queue_ids"], status__in=UNFINISHED_STATUSES)
-        while time.monotonic() - began < self.options["drain_seconds"]:
+        left = None
+        while True:
+            now = time.monotonic()
+            if now - began >= self.options["drain_seconds"]:
+                return f"the queues did not drain within {self.options['drain_seconds']} s", now - began
+            if now - progressed >= self.options["stall_seconds"]:
+                return (f"the drain stalled: no job finished for {self.options['stall_seconds']} s "
+                        f"({now - began:.0f} s into the drain)"), now - began
             try:
-                if not unfinished.exists():
-                    return True, time.monotonic() - began
+                count = unfinished.count()
             except (OperationalError, InterfaceError):
                 connection.close()
+            else:
+                if count == 0:
+                    return None, now - began
+                if left is None or count < left:
+                    progressed = now
+                left = count
             time.sleep(1)
-        return False, time.monotonic() - began
 
     def _broker_backlog(self, broker: str) -> int | None:
         import redis
