@@ -2,18 +2,20 @@
 
 Usage is a step function that changes only when a job is placed or stops. The meter keeps the current rates
 (GPUs per share on demand, on plans, borrowed, lent) and, at each change, adds rate x elapsed time. Borrowed
-and lent come from `scheduling.engine.accounting.share_usage`, the arithmetic the live pages show, so a
-replay's "lent" means what the overview page means by it. Each type is accounted on its own (a loan never
-crosses types), so a change on one type recomputes only that type, and a type's loans are remembered by
-what they depend on: the total borrowed and what each lender leaves idle.
+and lent are those of `scheduling.engine.accounting.share_usage`, the arithmetic the live pages show (the same
+`apportion` of what is borrowed over the lenders' idle capacity), so a replay's "lent" means what the overview
+page means by it. Each type is accounted on its own (a loan never crosses types), so a change on one type
+recomputes only that type, and a type's loans are remembered by what they depend on: the total borrowed and
+what each lender leaves idle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import add
 
 from scheduling.engine import Strategy
-from scheduling.engine.accounting import share_usage
+from scheduling.engine.accounting import apportion
 
 Series = list[tuple[float, tuple[int, ...], tuple[int, ...]]]
 
@@ -53,6 +55,8 @@ class UsageMeter:
         self._stale: set[str] = set()
         self._rates = ([0] * count, [0] * count, [0] * count)
         self._plans_changed = False
+        self._type_limits: dict[str, list[int]] = {}  # type -> limit per share
+        self._lenders = [self.strategies[s] != Strategy.RESERVE for s in share_ids]
 
     def gpus_of(self, instance_type: str) -> int:
         return self.gpus.get(instance_type, 1)
@@ -97,15 +101,16 @@ class UsageMeter:
             self._type_rates[instance_type] = self._rates_of_type(instance_type)
         self._stale.clear()
         self._plans_changed = False
-        count = len(self.share_ids)
-        used, borrowed, lent = [0] * count, [0] * count, [0] * count
-        for type_used, type_borrowed, type_lent in self._type_rates.values():
-            for i in range(count):
-                used[i] += type_used[i]
-                borrowed[i] += type_borrowed[i]
-                lent[i] += type_lent[i]
+        by_type = self._type_rates.values()
+        if by_type:
+            used = list(map(sum, zip(*(rates[0] for rates in by_type), strict=True)))
+            borrowed = list(map(sum, zip(*(rates[1] for rates in by_type), strict=True)))
+            lent = list(map(sum, zip(*(rates[2] for rates in by_type), strict=True)))
+        else:
+            count = len(self.share_ids)
+            used, borrowed, lent = [0] * count, [0] * count, [0] * count
         self._rates = (used, borrowed, lent)
-        point = (self.time, tuple(u + p for u, p in zip(used, self.plan_gpus, strict=True)), tuple(borrowed))
+        point = (self.time, tuple(map(add, used, self.plan_gpus)), tuple(borrowed))
         if self.series and self.series[-1][0] == self.time:
             self.series[-1] = point
         else:
@@ -114,43 +119,46 @@ class UsageMeter:
 
     def _rates_of_type(self, instance_type: str) -> tuple[list[int], list[int], list[int]]:
         held = self.instances[instance_type]
+        limits = self._limits_of(instance_type)
         gpus = self.gpus_of(instance_type)
         used = [n * gpus for n in held]
-        over = [
-            max(0, n - self.limits[s].get(instance_type, 0))
-            for s, n in zip(self.share_ids, held, strict=True)
-        ]
+        over = [n - limit if n > limit else 0 for n, limit in zip(held, limits, strict=True)]
+        if not any(over):
+            return used, [0] * len(held), [0] * len(held)
         borrowed = [n * gpus for n in over]
-        lent = [0] * len(held)
-        if any(over):
-            # What a share lends depends only on the total borrowed and on what each lender leaves idle.
-            idle = tuple(
-                max(0, self.limits[s].get(instance_type, 0) - n)
-                if self.strategies[s] != Strategy.RESERVE
-                else 0
-                for s, n in zip(self.share_ids, held, strict=True)
-            )
-            key = (instance_type, sum(over), idle)
-            loans = self._loans.get(key)
-            if loans is None:
-                loans = self._loans[key] = self._lent(instance_type, held)
-            lent = [n * gpus for n in loans]
-        return used, borrowed, lent
+        # What a share lends depends only on the total borrowed and on what each lender leaves idle.
+        idle = tuple(
+            limit - n if lends and limit > n else 0
+            for n, limit, lends in zip(held, limits, self._lenders, strict=True)
+        )
+        key = (instance_type, sum(over), idle)
+        loans = self._loans.get(key)
+        if loans is None:
+            loans = self._loans[key] = self._lent(instance_type, held)
+        return used, borrowed, [n * gpus for n in loans]
+
+    def _limits_of(self, instance_type: str) -> list[int]:
+        limits = self._type_limits.get(instance_type)
+        if limits is None:
+            limits = self._type_limits[instance_type] = [
+                self.limits[s].get(instance_type, 0) for s in self.share_ids
+            ]
+        return limits
 
     def _lent(self, instance_type: str, held: list[int]) -> tuple[int, ...]:
-        rows, _, _ = share_usage(
-            capacity={instance_type: self.capacity.get(instance_type, 0)},
-            limits={
-                s: {instance_type: self.limits[s][instance_type]} if instance_type in self.limits[s] else {}
-                for s in self.share_ids
-            },
-            strategies=self.strategies,
-            usage={(s, instance_type): n for s, n in zip(self.share_ids, held, strict=True) if n},
-        )
-        lent = [0] * len(held)
-        for row in rows:
-            lent[self.position[row.share_id]] += row.lent
-        return tuple(lent)
+        """What each share lends of the type: `share_usage`'s arithmetic for its rows' `lent`, without the
+        loans between shares that it also works out (the free pool first, then the idle capacity of LEND
+        and LEND_AND_BORROW shares, apportioned)."""
+        limits = self._limits_of(instance_type)
+        borrowed = sum(max(0, n - limit) for n, limit in zip(held, limits, strict=True))
+        free_pool = max(0, self.capacity.get(instance_type, 0) - sum(limits))
+        lendable = {
+            s: max(0, limit - n)
+            for s, n, limit in zip(self.share_ids, held, limits, strict=True)
+            if self.strategies[s] != Strategy.RESERVE
+        }
+        lent = apportion(borrowed - min(borrowed, free_pool), lendable)
+        return tuple(lent.get(s, 0) for s in self.share_ids)
 
 
 def bucket_series(

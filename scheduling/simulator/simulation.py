@@ -46,6 +46,10 @@ from .config import MAX_PREFERENCES, Configuration, entry_problem, validate
 from .invariants import InvariantViolation, PassChecker
 from .meter import UsageMeter
 from .shortcuts import (
+    BORROWED,
+    CUT,
+    EXACT,
+    GROUPS,
     MAX_ATTEMPTS,
     PlacedJobs,
     ReducedSnapshot,
@@ -152,6 +156,8 @@ class ReplayStats:
     passes_preempting: int = 0
     passes_whole: int = 0
     reduced_retries: int = 0
+    # why a pass that preempts was run again: verdicts of `Reducer.preemption_verdict` other than EXACT
+    preempting_retries: dict[str, int] = field(default_factory=dict)
     passes_skipped_after_events: int = 0
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -617,22 +623,36 @@ class Simulation:
             takes.update(widen)
         else:
             return None
-        for leave_out_stuck in (True, False):
+        leave_out_stuck, split, borrowing, cut_groups = True, True, frozenset(), True
+        while True:
             preempting = self.reducer.jobs_for_preemption(
                 unfinished=self.unfinished,
                 placed=self.placed,
                 groups=self.groups,
                 due=due,
                 leave_out_stuck=leave_out_stuck,
+                split=split,
+                borrowing=borrowing,
+                cut_groups=cut_groups,
             )
             decisions = self.schedule(self._snapshot(now, preempting.jobs, preempting))
-            if self.reducer.preemption_verdict(decisions, preempting):
+            verdict, borrowed = self.reducer.preemption_verdict(decisions, preempting)
+            if verdict == EXACT:
                 self.stats.passes_preempting += 1
                 return decisions
-            if not preempting.stuck:
-                break
+            retries = self.stats.preempting_retries
+            retries[verdict] = retries.get(verdict, 0) + 1
+            if verdict == CUT:
+                split = False
+            elif verdict == BORROWED:
+                borrowing |= borrowed
+            elif verdict == GROUPS:
+                cut_groups = False
+            elif preempting.stuck:  # STUCK, or WHOLE with stuck groups left out: first run it with them
+                leave_out_stuck = False
+            else:
+                return None
             self.stats.reduced_retries += 1
-        return None
 
     def _verify_nothing_to_decide(self, index: int, now: float) -> None:
         decisions = self.schedule(self._snapshot(now, self.unfinished.values()))

@@ -1,9 +1,13 @@
 """Metric arithmetic: percentiles, GPU-hours, borrowed and lent integrated over time, job counts."""
 
+import random
+
 import pytest
 
+from scheduling.engine import Strategy
+from scheduling.engine.accounting import share_usage
 from scheduling.simulator import simulate, summarize
-from scheduling.simulator.meter import bucket_series
+from scheduling.simulator.meter import UsageMeter, bucket_series
 from scheduling.simulator.metrics import percentile
 
 from .builders import LEND, LEND_AND_BORROW, RESERVE, T0, config, job, share
@@ -83,3 +87,25 @@ def test_usage_series_are_time_weighted_means_per_slice():
     assert times == [12.5, 37.5, 62.5, 87.5]
     assert used == [[2, 2, 4, 4], [0, 0, 1, 1]]
     assert borrowed[0] == [0, 0, 1, 1]
+
+
+def test_the_meter_lends_what_share_usage_says_is_lent():
+    rng = random.Random(3)
+    strategies = (Strategy.RESERVE, Strategy.LEND, Strategy.LEND_AND_BORROW)
+    for _ in range(500):
+        share_ids = list(range(1, rng.randint(2, 8)))
+        limits = {s: ({"t": rng.randint(1, 9)} if rng.random() < 0.8 else {}) for s in share_ids}
+        kinds = {s: rng.choice(strategies) for s in share_ids}
+        capacity = sum(limit.get("t", 0) for limit in limits.values()) + rng.choice((0, 0, 3))
+        held = [rng.randint(0, 12) for _ in share_ids]
+        meter = UsageMeter(
+            share_ids=share_ids, capacity={"t": capacity}, limits=limits, strategies=kinds, gpus={}, start=0.0
+        )
+        rows, _, _ = share_usage(
+            capacity={"t": capacity},
+            limits=limits,
+            strategies=kinds,
+            usage={(s, "t"): n for s, n in zip(share_ids, held, strict=True) if n},
+        )
+        expected = {row.share_id: row.lent for row in rows}
+        assert meter._lent("t", held) == tuple(expected.get(s, 0) for s in share_ids)

@@ -11,6 +11,7 @@ import pytest
 
 from scheduling.engine import Ordering, Strategy
 from scheduling.simulator import Kind, philly, simulate
+from scheduling.simulator.shortcuts import Reducer
 
 HOURS = 4
 
@@ -84,3 +85,34 @@ def test_a_replay_with_shortcuts_records_what_a_replay_without_them_records(phil
     kinds = {r.kind for r in fast.records}
     assert {Kind.PREEMPTED_RECLAIM, Kind.PREEMPTED_IN_SHARE} <= kinds
     assert fast.stats.passes_run < slow.stats.passes_run
+
+
+def scarce_replay(philly_day, hours):
+    """LEND_AND_BORROW at a twentieth of the VC quotas: lenders reclaim from borrowers all the time."""
+    rows, vcs, mix = philly_day
+    config = philly.philly_configuration(
+        name="scarce", vcs=vcs, mix=mix, capacity_scale=0.05, strategy=Strategy.LEND_AND_BORROW
+    )
+    start = rows[0].submitted_at
+    jobs = [
+        job for job in philly.philly_jobs(rows, config, seed=2) if job.submitted_at < start + hours * 3600
+    ]
+    return simulate(config, jobs, start=start, end=start + hours * 3600, verify_shortcuts=True, check=True)
+
+
+def test_a_pass_that_preempts_is_run_again_for_every_reason_and_decides_the_same(philly_day):
+    result = scarce_replay(philly_day, hours=6)
+
+    assert result.stats.passes_preempting > 20
+    assert result.stats.passes_whole == 0
+    # a summed holding borrowed in the pass; a stuck group came unstuck; a group cut short may have grown
+    assert {"borrowed", "stuck", "groups"} <= set(result.stats.preempting_retries)
+
+
+def test_a_reclaim_front_too_short_falls_back_to_whole_holdings(philly_day, monkeypatch):
+    """With no real job in front of any reclaimed holding, every reclaim names a placeholder for the rest."""
+    monkeypatch.setattr(Reducer, "reclaim_reach", lambda self, *args: {})
+
+    result = scarce_replay(philly_day, hours=4)
+
+    assert result.stats.preempting_retries["cut"] == result.stats.passes_preempting > 20
