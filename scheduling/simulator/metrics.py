@@ -196,6 +196,7 @@ def summarize(result: Result, *, buckets: int = 240) -> dict[str, Any]:
             "passes_whole": stats.passes_whole,
             "reduced_retries": stats.reduced_retries,
             "preempting_retries": dict(sorted(stats.preempting_retries.items())),
+            "seconds_by_pass": dict(sorted(stats.seconds_by_pass.items())),
             "passes_skipped_after_events": stats.passes_skipped_after_events,
         },
     }

@@ -162,6 +162,9 @@ class ReplayStats:
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
     engine_seconds: float = 0.0
+    # seconds deciding passes (engine and reduction, retries included) by how the pass was decided:
+    # "reduced" (shortcuts 1, 2), "preempting" (shortcut 3) or "whole"
+    seconds_by_pass: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -344,8 +347,18 @@ class Simulation:
                     self._verify_nothing_to_decide(index, now)
                 continue
             tick = wallclock.perf_counter()
+            preempting, whole = stats.passes_preempting, stats.passes_whole
             decisions = self._decide(index, now)
-            stats.engine_seconds += wallclock.perf_counter() - tick
+            spent = wallclock.perf_counter() - tick
+            stats.engine_seconds += spent
+            kind = (
+                "whole"
+                if stats.passes_whole > whole
+                else "preempting"
+                if stats.passes_preempting > preempting
+                else "reduced"
+            )
+            stats.seconds_by_pass[kind] = stats.seconds_by_pass.get(kind, 0.0) + spent
             stats.passes_run += 1
             decided = self._apply(decisions, index, now)
             if not decided or (self.shortcuts and self._settled(decisions)):

@@ -111,7 +111,14 @@ def test_scaling_prints_seconds_per_thousand_jobs_for_one_two_and_four_weeks():
         ["all-LEND", "4", "257"],
     ]
     assert [row.split()[0] for row in rows[3:9]] == ["all-LEND_AND_BORROW"] * 3 + ["all-RESERVE"] * 3
-    assert rows[9].startswith("total wall time")
+    split = output[output.index("where the time goes") :].splitlines()
+    assert "preempting passes" in split[1]
+    cells = {tuple(row.split()[:2]): row.split()[2:] for row in split[3:12]}
+    assert len(cells) == 9
+    assert all(int(row[0].replace(",", "")) > 0 for row in cells.values())  # reduced passes
+    assert cells["all-RESERVE", "4"][3] == "0" and cells["all-RESERVE", "4"][5] == "-"  # none preempts
+    assert all(float(row[-1]) > 0 for row in cells.values())  # the rest: events, meter, bookkeeping
+    assert split[12].startswith("total wall time")
 
 
 def test_a_missing_source_or_configuration_is_a_clear_error():
