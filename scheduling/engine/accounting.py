@@ -59,6 +59,17 @@ def apportion(total: int, weights: Mapping[int, int]) -> dict[int, int]:
     return shares
 
 
+def lent_of_type(
+    *, capacity: int, limit: Mapping[int, int], used: Mapping[int, int], lenders: Iterable[int]
+) -> tuple[int, dict[int, int]]:
+    """What one type's borrowers take from the free pool, and what each lender lends: the free pool first,
+    then the idle capacity of the `lenders` (LEND and LEND_AND_BORROW shares), apportioned."""
+    total_borrowed = sum(max(0, used[s] - limit[s]) for s in limit)
+    from_pool = min(total_borrowed, max(0, capacity - sum(limit.values())))
+    lendable = {s: max(0, limit[s] - used[s]) for s in lenders}
+    return from_pool, apportion(total_borrowed - from_pool, lendable)
+
+
 def share_usage(
     *,
     capacity: Mapping[str, int],
@@ -80,10 +91,8 @@ def share_usage(
         borrowed = {s: max(0, used[s] - limit[s]) for s in share_ids}
         idle = {s: max(0, limit[s] - used[s]) for s in share_ids}
         total_borrowed = sum(borrowed.values())
-        free_pool = max(0, cap - sum(limit.values()))
-        from_pool = min(total_borrowed, free_pool)
-        lendable = {s: idle[s] for s in share_ids if Strategy(strategies.get(s, Strategy.RESERVE)) != Strategy.RESERVE}
-        lent = apportion(total_borrowed - from_pool, lendable)
+        lenders = [s for s in share_ids if Strategy(strategies.get(s, Strategy.RESERVE)) != Strategy.RESERVE]
+        from_pool, lent = lent_of_type(capacity=cap, limit=limit, used=used, lenders=lenders)
         sources = {FREE_POOL: from_pool, **{s: n for s, n in lent.items() if n}}
         for borrower in share_ids:
             if borrowed[borrower]:

@@ -2,11 +2,10 @@
 
 Usage is a step function that changes only when a job is placed or stops. The meter keeps the current rates
 (GPUs per share on demand, on plans, borrowed, lent) and, at each change, adds rate x elapsed time. Borrowed
-and lent are those of `scheduling.engine.accounting.share_usage`, the arithmetic the live pages show (the same
-`apportion` of what is borrowed over the lenders' idle capacity), so a replay's "lent" means what the overview
-page means by it. Each type is accounted on its own (a loan never crosses types), so a change on one type
-recomputes only that type, and a type's loans are remembered by what they depend on: the total borrowed and
-what each lender leaves idle.
+and lent are those of `scheduling.engine.accounting.share_usage`, the arithmetic the live pages show (both
+call `lent_of_type`), so a replay's "lent" means what the overview page means by it. Each type is accounted
+on its own (a loan never crosses types), so a change on one type recomputes only that type, and a type's
+loans are remembered by what they depend on: the total borrowed and what each lender leaves idle.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from collections.abc import Mapping
 from operator import add
 
 from scheduling.engine import Strategy
-from scheduling.engine.accounting import apportion
+from scheduling.engine.accounting import lent_of_type
 
 Series = list[tuple[float, tuple[int, ...], tuple[int, ...]]]
 
@@ -146,18 +145,14 @@ class UsageMeter:
         return limits
 
     def _lent(self, instance_type: str, held: list[int]) -> tuple[int, ...]:
-        """What each share lends of the type: `share_usage`'s arithmetic for its rows' `lent`, without the
-        loans between shares that it also works out (the free pool first, then the idle capacity of LEND
-        and LEND_AND_BORROW shares, apportioned)."""
-        limits = self._limits_of(instance_type)
-        borrowed = sum(max(0, n - limit) for n, limit in zip(held, limits, strict=True))
-        free_pool = max(0, self.capacity.get(instance_type, 0) - sum(limits))
-        lendable = {
-            s: max(0, limit - n)
-            for s, n, limit in zip(self.share_ids, held, limits, strict=True)
-            if self.strategies[s] != Strategy.RESERVE
-        }
-        lent = apportion(borrowed - min(borrowed, free_pool), lendable)
+        """What each share lends of the type: the `lent` of `share_usage`'s rows, without the loans between
+        shares that it also works out."""
+        _, lent = lent_of_type(
+            capacity=self.capacity.get(instance_type, 0),
+            limit=dict(zip(self.share_ids, self._limits_of(instance_type), strict=True)),
+            used=dict(zip(self.share_ids, held, strict=True)),
+            lenders=[s for s, lends in zip(self.share_ids, self._lenders, strict=True) if lends],
+        )
         return tuple(lent.get(s, 0) for s in self.share_ids)
 
 

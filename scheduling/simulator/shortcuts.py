@@ -399,31 +399,28 @@ class Reducer:
         depends only on the share's usage and invariant B's sum on the entries' types (or a plan's usage),
         so it is kept while those stay as they were (under STRICT_FIFO, when a share's queue is one group of
         any lists, it is worked out every pass)."""
-        if groups.strict_fifo:
-            return (
-                None
-                if self.stuck(first, room, placed.usage)
-                else 1 + self.most_placed(first, room, strict_fifo=True)
+        stamp = None
+        if not groups.strict_fifo:
+            share_id = first.share_id
+            stamp = tuple(
+                placed.plan_usage.get(entry.training_plan, 0)
+                if entry.training_plan is not None
+                else (
+                    placed.committed.get(entry.instance_type, 0),
+                    placed.usage.get((share_id, entry.instance_type), 0),
+                )
+                for entry in first.entries
             )
-        share_id = first.share_id
-        stamp = tuple(
-            placed.plan_usage.get(entry.training_plan, 0)
-            if entry.training_plan is not None
-            else (
-                placed.committed.get(entry.instance_type, 0),
-                placed.usage.get((share_id, entry.instance_type), 0),
-            )
-            for entry in first.entries
-        )
-        known = self._bounds.get(alike)
-        if known is not None and known[0] == stamp:
-            return known[1]
+            known = self._bounds.get(alike)
+            if known is not None and known[0] == stamp:
+                return known[1]
         take = (
             None
             if self.stuck(first, room, placed.usage)
-            else 1 + self.most_placed(first, room, strict_fifo=False)
+            else 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
         )
-        self._bounds[alike] = (stamp, take)
+        if stamp is not None:
+            self._bounds[alike] = (stamp, take)
         return take
 
     def live_groups(
