@@ -40,6 +40,10 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "scheduling",
+    "whatif",
+    "portal",
+    "api",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -229,18 +233,18 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "scheduling.api.pagination.PageNumbers",
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.PageNumbers",
     "PAGE_SIZE": envint("API_PAGE_SIZE", 50, minimum=1, maximum=1000),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # JSON nested deeper than the parser allows is a 400, not a RecursionError.
     "DEFAULT_PARSER_CLASSES": [
-        "scheduling.api.parsers.JSONParser",
+        "api.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    # Job submission is throttled per user (API_SUBMIT_RATE) by scheduling.api.throttling, in CACHES.
-    "EXCEPTION_HANDLER": "scheduling.api.exceptions.api_exception_handler",
+    # Job submission is throttled per user (API_SUBMIT_RATE) by api.throttling, in CACHES.
+    "EXCEPTION_HANDLER": "api.exceptions.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "quotaportal API",
@@ -254,8 +258,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "scheduling.api.schema.request_bodies_refuse_unknown_fields",
-        "scheduling.api.schema.empty_filters_mean_no_filter",
+        "api.schema.request_bodies_refuse_unknown_fields",
+        "api.schema.empty_filters_mean_no_filter",
     ],
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduling.models.JobStatus",

@@ -27,7 +27,6 @@ from scheduling.models import (
     State,
     Team,
     TrainingPlan,
-    WhatIfRun,
 )
 
 
@@ -281,14 +280,3 @@ class SchedulingPassAdmin(ReadOnlyAdmin):
 class ShareUsageSampleAdmin(ReadOnlyAdmin):
     list_display = ("taken_at", "quota_share", "instance_type", "limit", "usage", "borrowed", "lent", "pending")
     list_filter = ("quota_share",)
-
-
-@admin.register(WhatIfRun)
-class WhatIfRunAdmin(ReadOnlyAdmin):
-    """What-if runs are started and applied on their page (Admin > What-if), where the proposal is checked."""
-
-    list_display = ("id", "created_at", "job_queue", "source", "window_start", "window_end", "status",
-                    "created_by", "applied_at")
-    list_filter = ("status", "source", "job_queue")
-    list_select_related = ("job_queue", "created_by")
-    exclude = ("charts",)

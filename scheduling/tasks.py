@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 from django.db import OperationalError
 
 from scheduling import services
@@ -45,11 +44,3 @@ def simulated_executor_tick() -> int:
 def prune_history() -> int:
     """Drop utilization samples and pass records older than HISTORY_DAYS (events are the audit log: kept)."""
     return services.history_prune()
-
-
-# The service stops a replay at WHATIF_TIME_LIMIT_SECONDS and records why; these limits are the backstop.
-@shared_task(acks_late=True, ignore_result=True, soft_time_limit=settings.WHATIF_TIME_LIMIT_SECONDS + 60,
-             time_limit=settings.WHATIF_TIME_LIMIT_SECONDS + 120)
-def run_whatif(run_id: int) -> None:
-    """Replay one what-if run (a run already taken by another worker is left to it)."""
-    services.whatif_run_execute(run_id=run_id)

@@ -164,8 +164,8 @@ def whatif_demo(*, minutes: int) -> int:
     """A finished what-if over the demo's history: nlp lends, speech borrows too. Returns its id."""
     from django.utils import timezone
 
-    from scheduling import services
     from scheduling.models import JobQueue, QuotaShare
+    from whatif import services
 
     queue = JobQueue.objects.get(name="training")
     proposal = []

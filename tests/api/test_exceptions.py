@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from rest_framework import exceptions
 
-from scheduling.api.exceptions import api_exception_handler, flatten_errors
+from api.exceptions import api_exception_handler, flatten_errors
 from scheduling.errors import Conflict, DomainError, NotAllowed, NotFound
 from scheduling.models import Job
 

@@ -13,11 +13,13 @@ from django.db import connections
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from scheduling import services, tasks
-from scheduling.models import Event, EventKind, QuotaShare, WhatIfRun
+from scheduling.models import Event, EventKind, QuotaShare
 from tests.e2e.conftest import page_loads
 from tests.factories import job_in
 from tests.pages.conftest import P4, build_world
+from whatif import services as whatif_services
+from whatif import tasks as whatif_tasks
+from whatif.models import WhatIfRun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -39,8 +41,8 @@ def worker(monkeypatch):
     """Stands in for the Celery worker: runs are recorded when enqueued, and `run(run_id)` executes one in a
     thread of its own, holding each progress report on screen long enough for the page's poll to see it."""
     enqueued: list[int] = []
-    monkeypatch.setattr(tasks.run_whatif, "delay", enqueued.append)
-    report = services._WhatIfProgress.report
+    monkeypatch.setattr(whatif_tasks.run_whatif, "delay", enqueued.append)
+    report = whatif_services._WhatIfProgress.report
 
     def slow_report(self, fraction):
         written = self.written
@@ -48,12 +50,12 @@ def worker(monkeypatch):
         if self.written != written:
             time.sleep(2.5)
 
-    monkeypatch.setattr(services._WhatIfProgress, "report", slow_report)
+    monkeypatch.setattr(whatif_services._WhatIfProgress, "report", slow_report)
     threads = []
 
     def work(run_id: int) -> None:
         try:
-            tasks.run_whatif.apply(args=(run_id,))
+            whatif_tasks.run_whatif.apply(args=(run_id,))
         finally:
             connections.close_all()  # this thread's own connection, or the test database cannot be dropped
 
@@ -104,5 +106,5 @@ def test_an_admin_runs_a_what_if_watches_it_finish_and_applies_it(world, sign_in
     expect(page.locator("#apply")).to_contain_text("Applied by admin")
     assert QuotaShare.objects.get(pk=world.nlp.pk).strategy == "LEND"
     assert QuotaShare.objects.get(pk=world.vision.pk).borrow_limit == -1
-    audit = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, data__object="scheduling.WhatIfRun")
+    audit = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, data__object="whatif.WhatIfRun")
     assert audit.count() == 1

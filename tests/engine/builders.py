@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from scheduling.engine import (
+from engine import (
     Decisions,
     Entry,
     Job,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from scheduling.engine import PLACED_STATUSES, UNLIMITED, Entry, Job, Share, Snapshot, Strategy
+from engine import PLACED_STATUSES, UNLIMITED, Entry, Job, Share, Snapshot, Strategy
 
 
 def on_demand_usage(snap: Snapshot) -> Counter[tuple[int, str]]:

@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from scheduling.engine import PreemptionKind, schedule
+from engine import PreemptionKind, schedule
 
 from .builders import (
     LEND,

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from scheduling.engine import Ordering, schedule
+from engine import Ordering, schedule
 
 from .builders import (
     LEND,

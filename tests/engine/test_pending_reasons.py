@@ -1,6 +1,6 @@
 """Why a job is still pending, and where it stands in its share's queue (SPEC 3.5)."""
 
-from scheduling.engine import schedule
+from engine import schedule
 
 from .builders import (
     G5,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scheduling.engine import PreemptionKind, schedule
+from engine import PreemptionKind, schedule
 
 from .builders import (
     G5,

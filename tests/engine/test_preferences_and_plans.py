@@ -1,6 +1,6 @@
 """Preference lists and training plans (SPEC 3.3)."""
 
-from scheduling.engine import schedule
+from engine import schedule
 
 from .builders import (
     LEND,

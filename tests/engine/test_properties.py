@@ -16,7 +16,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
-from scheduling.engine import (
+from engine import (
     PLACED_STATUSES,
     Decisions,
     Entry,
@@ -30,7 +30,7 @@ from scheduling.engine import (
     Strategy,
     schedule,
 )
-from scheduling.engine.order import queue_key
+from engine.order import queue_key
 
 from .builders import NOW, apply_decisions
 from .oracle import fits_without_preemption, invariant_violations, most_allowed, on_demand_usage

@@ -6,11 +6,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import scheduling.engine
-from scheduling.engine import schedule
-from scheduling.engine.synthetic import build_synthetic_snapshot
+import engine
+from engine import schedule
+from engine.synthetic import build_synthetic_snapshot
 
-ENGINE_DIR = Path(scheduling.engine.__file__).parent
+ENGINE_DIR = Path(engine.__file__).parent
 
 
 def imported_modules(source: str) -> set[str]:
@@ -41,7 +41,7 @@ def test_no_engine_module_imports_django():
 
 
 def test_the_engine_imports_only_the_standard_library_and_itself():
-    allowed = set(sys.stdlib_module_names) | {"__future__", "scheduling"}
+    allowed = set(sys.stdlib_module_names) | {"__future__", "engine"}
     for path in engine_modules():
         outside = imported_modules(path.read_text()) - allowed
         assert not outside, f"{path.name} imports {sorted(outside)}"

@@ -1,6 +1,6 @@
 """Own quota, borrowing, lending and the borrow limit (SPEC 2 and 3.3)."""
 
-from scheduling.engine import schedule
+from engine import schedule
 
 from .builders import (
     LEND,

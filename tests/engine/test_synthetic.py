@@ -1,7 +1,7 @@
 """The synthetic snapshot the benchmark and simulator use is one a real pass could have produced."""
 
-from scheduling.engine import PLACED_STATUSES, JobStatus, schedule
-from scheduling.engine.synthetic import build_synthetic_snapshot
+from engine import PLACED_STATUSES, JobStatus, schedule
+from engine.synthetic import build_synthetic_snapshot
 
 from .builders import apply_decisions
 from .oracle import invariant_violations, most_allowed, on_demand_usage

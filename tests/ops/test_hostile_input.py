@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scheduling.api.parsers import MAX_JSON_DEPTH
+from api.parsers import MAX_JSON_DEPTH
 from scheduling.models import Job, ServiceEnvironment
 from tests.api.support import P5, submission
 

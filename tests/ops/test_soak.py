@@ -1,4 +1,4 @@
-"""The soak (`manage.py soak`): its checks catch what they must; a short run passes on PostgreSQL, Redis."""
+"""The soak (`python -m tools.soak`): its checks catch what they must; a short run passes on PostgreSQL, Redis."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from scheduling.management.commands.soak import (
+from tests.factories import JobQueueFactory, environment_with, job_in, share_with
+from tests.ops.support import BASE_DIR, PYTHON, child_env, ops_broker_url, require_redis
+from tools.soak.command import (
     Command,
     Config,
     capacity_violations,
     history_violations,
     replay_violations,
 )
-from tests.factories import JobQueueFactory, environment_with, job_in, share_with
-from tests.ops.support import BASE_DIR, PYTHON, child_env, ops_broker_url, require_redis
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 P5, P4 = 1, 2
@@ -206,7 +206,7 @@ def test_the_soak_refuses_sqlite_or_a_broker_other_than_redis(settings, on_postg
     expected = "needs Redis" if on_postgres else "needs PostgreSQL"
 
     with pytest.raises(CommandError, match=expected):
-        call_command("soak", "--seconds", "1")
+        call_command(Command(), "--seconds", "1")
 
 
 @pytest.mark.django_db
@@ -216,7 +216,7 @@ def test_the_soak_never_stops_a_redis_it_did_not_start(settings, on_postgres):
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/1"
 
     with pytest.raises(CommandError, match="--own-redis"):
-        call_command("soak", "--seconds", "1", "--fault", "redis")
+        call_command(Command(), "--seconds", "1", "--fault", "redis")
 
 
 @pytest.mark.postgres
@@ -229,8 +229,8 @@ def test_a_short_soak_passes_with_three_workers(tmp_path):
     run = subprocess.run(
         [
             PYTHON,
-            "manage.py",
-            "soak",
+            "-m",
+            "tools.soak",
             "--seconds",
             "30",
             "--clients",

@@ -89,7 +89,7 @@ def test_every_page_carries_csrf_for_htmx_and_no_inline_script(world, client_for
     for name in PAGES:
         html = client.get(reverse(name)).content.decode()
         assert """hx-headers='{"X-CSRFToken": """ in html, name
-        assert "/static/django_htmx/htmx-2.min.js" in html and "/static/scheduling/app.js" in html
+        assert "/static/django_htmx/htmx-2.min.js" in html and "/static/portal/app.js" in html
         assert "<script>" not in html and " onclick=" not in html and " style=" not in html, name
 
 

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from scheduling.views.charts import stacked_bar, usage_chart
+from portal.charts import stacked_bar, usage_chart
 
 START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -14,9 +14,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.models import Membership, WhatIfRun
+from scheduling.models import Membership
 from tests.factories import MembershipFactory, UserFactory, job_in
 from tests.pages.conftest import P5, htmx_headers
+from whatif.models import WhatIfRun
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduling import services
-from scheduling.models import InstanceType, QuotaShare, WhatIfRun
+from scheduling.models import InstanceType, QuotaShare
 from tests.factories import job_in
 from tests.pages.conftest import G5, P4, P5, htmx_headers
+from whatif import services as whatif_services
+from whatif.models import WhatIfRun
 
 pytestmark = pytest.mark.django_db
 
@@ -59,15 +61,15 @@ def lend_nlp(world):
 
 # nlp lends its idle P4, and vision may borrow without a limit: 16 P4 for vision instead of 12.
 LENDING = [
-    services.ShareProposal("nlp", {P5: 4, P4: 4}, "LEND"),
-    services.ShareProposal("vision", {P4: 6, G5: 8}, "LEND_AND_BORROW", borrow_limit=-1),
+    whatif_services.ShareProposal("nlp", {P5: 4, P4: 4}, "LEND"),
+    whatif_services.ShareProposal("vision", {P4: 6, G5: 8}, "LEND_AND_BORROW", borrow_limit=-1),
 ]
 
 
 def done_run(world, begin) -> WhatIfRun:
-    run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
+    run = whatif_services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
                                     actor=world.admin, proposal=LENDING)
-    return services.whatif_run_execute(run_id=run.pk)
+    return whatif_services.whatif_run_execute(run_id=run.pk)
 
 
 # --- the editor ---------------------------------------------------------------------------------------------
@@ -154,7 +156,7 @@ def test_the_editor_keeps_its_query_budget(world, client_for, begin, history, dj
 
 
 def test_a_queued_run_shows_a_progress_bar_that_polls_itself(world, client_for, begin, history):
-    run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
+    run = whatif_services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
                                     actor=world.admin, proposal=LENDING)
     page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert "Waiting for a worker" in page
@@ -165,7 +167,7 @@ def test_a_queued_run_shows_a_progress_bar_that_polls_itself(world, client_for, 
 
 def test_the_progress_fragment_follows_the_run_and_stops_polling_once_done(world, client_for, begin, history):
     client = client_for(world.admin)
-    run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
+    run = whatif_services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
                                     actor=world.admin, proposal=LENDING)
     WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.62)
     url = reverse("manage_whatif_run", args=[run.pk])
@@ -175,14 +177,14 @@ def test_the_progress_fragment_follows_the_run_and_stops_polling_once_done(world
     assert "What-if #" not in fragment  # just the region
 
     WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.QUEUED, progress=0)
-    services.whatif_run_execute(run_id=run.pk)
+    whatif_services.whatif_run_execute(run_id=run.pk)
     fragment = client.get(url, headers=htmx_headers("whatif-live")).content.decode()
     assert "hx-get" not in fragment and "Current and proposed, per team" in fragment
 
 
 def test_a_run_no_worker_took_or_whose_worker_went_silent_says_so(world, client_for, begin, history):
     client = client_for(world.admin)
-    run = services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
+    run = whatif_services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
                                     actor=world.admin, proposal=LENDING)
     url = reverse("manage_whatif_run", args=[run.pk])
     assert "No worker has taken this run" not in client.get(url).content.decode()

@@ -30,14 +30,14 @@ def busy_queue():
 
 
 def test_healthz_reports_database_and_broker(client):
-    with mock.patch("scheduling.ops._broker_ok", return_value="ok"):
+    with mock.patch("ops.views._broker_ok", return_value="ok"):
         response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
 
 
 def test_healthz_is_503_naming_the_broken_part(client):
-    with mock.patch("scheduling.ops._broker_ok", return_value="error: OperationalError"):
+    with mock.patch("ops.views._broker_ok", return_value="error: OperationalError"):
         response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["broker"] == "error: OperationalError"
@@ -58,7 +58,7 @@ def test_metrics_expose_share_usage_preemptions_and_pass_durations(client, busy_
 
 def test_pass_histogram_is_cumulative():
     queue = JobQueueFactory()
-    from scheduling.metrics import pass_histogram_observe
+    from ops.metrics import pass_histogram_observe
 
     pass_histogram_observe(job_queue_id=queue.pk, seconds=0.03)
     pass_histogram_observe(job_queue_id=queue.pk, seconds=3.0)

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import services, snapshot
+from scheduling import services
 from scheduling.models import (
     Event,
     EventKind,
@@ -21,6 +21,7 @@ from scheduling.models import (
     QuotaShare,
     SchedulingPass,
 )
+from scheduling.passes import snapshot
 from tests.factories import JobQueueFactory, environment_with, job_in, plan_for, share_with
 
 pytestmark = pytest.mark.django_db

@@ -11,13 +11,18 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from scheduling import replay_sources, services, tasks, whatif_charts
-from scheduling.engine import Entry
+from engine import Entry
+from scheduling import services
 from scheduling.errors import Conflict
-from scheduling.models import Event, EventKind, QuotaShare, WhatIfRun
-from scheduling.services import ShareProposal
+from scheduling.models import Event, EventKind, QuotaShare
 from tests.engine.test_purity import imported_modules
 from tests.factories import JobQueueFactory, UserFactory, environment_with, job_in, share_with
+from whatif import charts as whatif_charts
+from whatif import services as whatif_services
+from whatif import sources as replay_sources
+from whatif import tasks as whatif_tasks
+from whatif.models import WhatIfRun
+from whatif.services import ShareProposal
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +78,7 @@ def start(queue, admin, begin, shares=None, **fields):
     arguments = dict(job_queue=queue, proposal=shares if shares is not None else proposal(**BORROWING),
                      source=WhatIfRun.Source.HISTORY, start=begin, days=1.0, actor=admin)
     arguments.update(fields)
-    return services.whatif_run_start(**arguments)
+    return whatif_services.whatif_run_start(**arguments)
 
 
 def errors_of(call) -> dict[str, list[str]]:
@@ -88,7 +93,7 @@ def errors_of(call) -> dict[str, list[str]]:
 def test_a_valid_proposal_is_queued_with_the_queue_as_it_is_and_enqueued_after_commit(
     queue, admin, begin, history, django_capture_on_commit_callbacks
 ):
-    with mock.patch.object(tasks.run_whatif, "delay") as delay:
+    with mock.patch.object(whatif_tasks.run_whatif, "delay") as delay:
         with django_capture_on_commit_callbacks(execute=True):
             run = start(queue, admin, begin)
             assert delay.call_count == 0
@@ -179,7 +184,7 @@ def test_the_philly_source_needs_the_trace_installed(queue, admin, settings, tmp
 
 
 def test_borrowing_lowers_the_waits_of_a_busy_share_next_to_an_idle_one(queue, admin, begin, history):
-    run = services.whatif_run_execute(run_id=start(queue, admin, begin).pk)
+    run = whatif_services.whatif_run_execute(run_id=start(queue, admin, begin).pk)
 
     assert run.status == WhatIfRun.Status.DONE and run.progress == 1.0 and run.error == ""
     current = {s["share"]: s for s in run.result["current"]["shares"]}
@@ -199,15 +204,15 @@ def test_borrowing_lowers_the_waits_of_a_busy_share_next_to_an_idle_one(queue, a
 
 def test_a_run_is_executed_once_even_when_its_task_is_delivered_twice(queue, admin, begin, history):
     run = start(queue, admin, begin)
-    assert services.whatif_run_execute(run_id=run.pk).status == WhatIfRun.Status.DONE
-    assert services.whatif_run_execute(run_id=run.pk) is None
+    assert whatif_services.whatif_run_execute(run_id=run.pk).status == WhatIfRun.Status.DONE
+    assert whatif_services.whatif_run_execute(run_id=run.pk) is None
 
 
 def test_a_run_whose_worker_went_silent_is_taken_over(queue, admin, begin, history):
     run = start(queue, admin, begin)
     WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.3,
                                                heartbeat_at=timezone.now() - timedelta(minutes=6))
-    assert services.whatif_run_execute(run_id=run.pk).status == WhatIfRun.Status.DONE
+    assert whatif_services.whatif_run_execute(run_id=run.pk).status == WhatIfRun.Status.DONE
 
 
 def test_a_failing_replay_stores_failed_with_the_reason_and_no_result(queue, admin, begin, history):
@@ -215,7 +220,7 @@ def test_a_failing_replay_stores_failed_with_the_reason_and_no_result(queue, adm
     broken = {**run.baseline, "capacity": {P5: 1, P4: 4}}  # the shares hold 4 P5 between them
     WhatIfRun.objects.filter(pk=run.pk).update(baseline=broken)
 
-    run = services.whatif_run_execute(run_id=run.pk)
+    run = whatif_services.whatif_run_execute(run_id=run.pk)
 
     assert run.status == WhatIfRun.Status.FAILED
     assert "ml.p5.48xlarge: the share limits total 4 but the capacity is 1" in run.error
@@ -225,7 +230,7 @@ def test_a_failing_replay_stores_failed_with_the_reason_and_no_result(queue, adm
 def test_a_replay_past_its_time_limit_is_stopped_and_says_why(queue, admin, begin, history, settings):
     run = start(queue, admin, begin)
     settings.WHATIF_TIME_LIMIT_SECONDS = 0
-    run = services.whatif_run_execute(run_id=run.pk)
+    run = whatif_services.whatif_run_execute(run_id=run.pk)
     assert run.status == WhatIfRun.Status.FAILED
     assert run.error.startswith("the replay took longer than 0 s (WHATIF_TIME_LIMIT_SECONDS) and was stopped")
 
@@ -233,7 +238,7 @@ def test_a_replay_past_its_time_limit_is_stopped_and_says_why(queue, admin, begi
 def test_progress_is_written_at_most_twice_a_second_and_never_reads_done(queue, admin, begin, history):
     run = start(queue, admin, begin)
     WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING)
-    progress = services._WhatIfProgress(run.pk)
+    progress = whatif_services._WhatIfProgress(run.pk)
     progress.part(0.5, 1.0)(0.5)
     progress.part(0.5, 1.0)(1.0)  # within half a second of the first: not written
     run.refresh_from_db()
@@ -246,7 +251,7 @@ def test_progress_is_written_at_most_twice_a_second_and_never_reads_done(queue, 
 
 def test_the_task_runs_the_service(queue, admin, begin, history):
     run = start(queue, admin, begin)
-    tasks.run_whatif.apply(args=(run.pk,))
+    whatif_tasks.run_whatif.apply(args=(run.pk,))
     run.refresh_from_db()
     assert run.status == WhatIfRun.Status.DONE
 
@@ -263,13 +268,13 @@ def test_a_chart_with_active_content_is_never_inlined():
 
 
 def done_run(queue, admin, begin, shares=None):
-    return services.whatif_run_execute(run_id=start(queue, admin, begin, shares=shares).pk)
+    return whatif_services.whatif_run_execute(run_id=start(queue, admin, begin, shares=shares).pk)
 
 
 def test_applying_changes_the_shares_through_the_share_service_and_audits_it(queue, admin, begin, history):
     run = done_run(queue, admin, begin)
 
-    changed = services.whatif_apply(run=run, actor=admin)
+    changed = whatif_services.whatif_apply(run=run, actor=admin)
 
     assert changed == ["nlp", "vision"]
     vision = QuotaShare.objects.get(name="vision")
@@ -279,7 +284,7 @@ def test_applying_changes_the_shares_through_the_share_service_and_audits_it(que
     per_share = {e.data["id"]: e.data["after"]["strategy"]
                  for e in audits if e.data["object"] == "scheduling.QuotaShare"}
     assert per_share == {QuotaShare.objects.get(name="nlp").pk: "LEND", vision.pk: "LEND_AND_BORROW"}
-    summary = audits.get(data__object="scheduling.WhatIfRun")
+    summary = audits.get(data__object="whatif.WhatIfRun")
     assert summary.message == f"admin applied what-if #{run.pk} to queue training: changed nlp, vision"
     run.refresh_from_db()
     assert run.applied_by == admin and run.applied_at is not None
@@ -288,7 +293,7 @@ def test_applying_changes_the_shares_through_the_share_service_and_audits_it(que
 def test_applying_moves_capacity_between_shares_in_an_order_that_always_fits(queue, admin, begin, history):
     shares = proposal(nlp={"limits": {P5: 1, P4: 3}}, vision={"limits": {P5: 3, P4: 1}})
     run = done_run(queue, admin, begin, shares=shares)
-    services.whatif_apply(run=run, actor=admin)
+    whatif_services.whatif_apply(run=run, actor=admin)
     limits = {
         (share.name, limit.instance_type.name): limit.max_capacity
         for share in QuotaShare.objects.prefetch_related("capacity_limits__instance_type")
@@ -303,7 +308,7 @@ def test_a_run_of_a_queue_changed_since_is_stale_and_refused(queue, admin, begin
     services.quota_share_update(share=nlp, changes={"in_share_preemption": True}, limits=None, actor=admin)
 
     with pytest.raises(Conflict) as refused:
-        services.whatif_apply(run=run, actor=admin)
+        whatif_services.whatif_apply(run=run, actor=admin)
 
     assert refused.value.message == (
         f"queue training has changed since what-if #{run.pk} ran (share nlp: in_share_preemption), so its "
@@ -315,15 +320,15 @@ def test_a_run_of_a_queue_changed_since_is_stale_and_refused(queue, admin, begin
 def test_a_run_is_applied_once_and_only_when_done(queue, admin, begin, history):
     queued = start(queue, admin, begin)
     with pytest.raises(Conflict, match="is queued: only a finished run can be applied"):
-        services.whatif_apply(run=queued, actor=admin)
-    run = services.whatif_run_execute(run_id=queued.pk)
-    services.whatif_apply(run=run, actor=admin)
+        whatif_services.whatif_apply(run=queued, actor=admin)
+    run = whatif_services.whatif_run_execute(run_id=queued.pk)
+    whatif_services.whatif_apply(run=run, actor=admin)
     with pytest.raises(Conflict, match="was already applied by admin"):
-        services.whatif_apply(run=run, actor=admin)
+        whatif_services.whatif_apply(run=run, actor=admin)
 
 
 def test_shares_that_only_fit_after_each_other_are_lowered_first_then_raised():
-    steps = services.whatif_apply_steps(
+    steps = whatif_services.whatif_apply_steps(
         current={"a": {P5: 3, P4: 1}, "b": {P5: 1, P4: 3}},
         proposed={"a": {P5: 1, P4: 3}, "b": {P5: 3, P4: 1}},
         capacity={P5: 4, P4: 4},
@@ -338,7 +343,7 @@ def test_shares_that_only_fit_after_each_other_are_lowered_first_then_raised():
 
 
 def test_a_share_giving_capacity_up_goes_before_the_share_taking_it():
-    steps = services.whatif_apply_steps(
+    steps = whatif_services.whatif_apply_steps(
         current={"a": {P5: 2}, "b": {P5: 2}}, proposed={"a": {P5: 3}, "b": {P5: 1}},
         capacity={P5: 4}, changed=["a", "b"],
     )
@@ -354,7 +359,7 @@ def test_the_philly_trace_replays_on_the_queues_shares_and_types(queue, admin, s
     settings.REPLAY_TRACE = str(TRACE)
     run = start(queue, admin, datetime(2017, 10, 17, tzinfo=UTC), source="PHILLY", days=0.25)
 
-    run = services.whatif_run_execute(run_id=run.pk)
+    run = whatif_services.whatif_run_execute(run_id=run.pk)
 
     assert run.status == WhatIfRun.Status.DONE, run.error
     current, proposed = run.result["current"], run.result["proposed"]

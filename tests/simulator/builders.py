@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduling.engine import Entry, Strategy
-from scheduling.simulator import Configuration, PlanConfig, ShareConfig, SimJob
+from engine import Entry, Strategy
+from simulator import Configuration, PlanConfig, ShareConfig, SimJob
 
 T0 = 1_500_000_000.0  # 2017-07-14 02:40 UTC, a whole multiple of 30 s
 SMALL, BIG = "ml.g5.xlarge", "ml.g5.48xlarge"  # 1 and 8 GPUs

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.simulator import philly
-from scheduling.simulator.trace import read_philly, read_philly_vcs
+from simulator import philly
+from simulator.trace import read_philly, read_philly_vcs
 
 DATA = Path(__file__).parent / "data"
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from scheduling.engine import Admission, Decisions, JobStatus
-from scheduling.simulator import InvariantViolation, simulate
+from engine import Admission, Decisions, JobStatus
+from simulator import InvariantViolation, simulate
 
 from .builders import LEND, LEND_AND_BORROW, RESERVE, SMALL, T0, config, job, plan, share
 

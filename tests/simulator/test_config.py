@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from scheduling.engine import Ordering, Strategy
-from scheduling.simulator import ConfigurationError, load_configurations
-from scheduling.simulator import philly as philly_mapping
+from engine import Ordering, Strategy
+from simulator import ConfigurationError, load_configurations
+from simulator import philly as philly_mapping
 
 from .builders import T0
 

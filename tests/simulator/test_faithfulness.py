@@ -14,10 +14,10 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
+from engine import Entry, Strategy
 from scheduling import services
-from scheduling.engine import Entry, Strategy
 from scheduling.models import Event, EventKind, Job, JobStatus, QuotaShare
-from scheduling.simulator import Configuration, ShareConfig, SimJob, simulate
+from simulator import Configuration, ShareConfig, SimJob, simulate
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 
 pytestmark = pytest.mark.django_db

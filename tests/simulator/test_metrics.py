@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from scheduling.engine import Strategy
-from scheduling.engine.accounting import share_usage
-from scheduling.simulator import simulate, summarize
-from scheduling.simulator.meter import UsageMeter, bucket_series
-from scheduling.simulator.metrics import percentile
+from engine import Strategy
+from engine.accounting import share_usage
+from simulator import simulate, summarize
+from simulator.meter import UsageMeter, bucket_series
+from simulator.metrics import percentile
 
 from .builders import LEND, LEND_AND_BORROW, RESERVE, T0, config, job, share
 

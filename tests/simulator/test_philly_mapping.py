@@ -2,10 +2,10 @@
 
 from dataclasses import replace
 
-from scheduling.engine import Entry, Strategy
-from scheduling.simulator import philly
-from scheduling.simulator.philly import LARGE, MEDIUM, SMALL
-from scheduling.simulator.trace import TraceRow
+from engine import Entry, Strategy
+from simulator import philly
+from simulator.philly import LARGE, MEDIUM, SMALL
+from simulator.trace import TraceRow
 
 from .builders import T0
 

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-import scheduling.simulator
+import simulator
 from tests.engine.test_purity import imported_modules
 
-SIMULATOR_DIR = Path(scheduling.simulator.__file__).parent
+SIMULATOR_DIR = Path(simulator.__file__).parent
 
 
 def test_no_simulator_module_imports_django():

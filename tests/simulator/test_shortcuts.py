@@ -1,4 +1,4 @@
-"""The exact shortcuts decide what the engine decides on the whole queue (see scheduling.simulator.shortcuts).
+"""The exact shortcuts decide what the engine decides on the whole queue (see simulator.shortcuts).
 
 `verify_shortcuts=True` also runs every pass on the whole snapshot, and every skipped pass that had events,
 and raises at the first difference; these replays are busy Philly hours at a tenth of the VC quotas, so queues
@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.engine import Ordering, Strategy
-from scheduling.simulator import Kind, philly, simulate
-from scheduling.simulator.shortcuts import Reducer
+from engine import Ordering, Strategy
+from simulator import Kind, philly, simulate
+from simulator.shortcuts import Reducer
 
 HOURS = 4
 

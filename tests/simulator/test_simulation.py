@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from scheduling.simulator import Kind, Status, philly, simulate, summarize
+from simulator import Kind, Status, philly, simulate, summarize
 
 from .builders import BIG, LEND_AND_BORROW, RESERVE, SMALL, T0, config, job, kinds, plan, share
 

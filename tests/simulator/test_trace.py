@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scheduling.simulator.trace import TraceError, read_philly, read_philly_vcs
+from simulator.trace import TraceError, read_philly, read_philly_vcs
 
 ROWS = """timestamp,duration,num_gpus,gpu_time,cluster
 2017-10-09 07:01:55,66.0,1,66.0,11cb48

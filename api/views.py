@@ -1,0 +1,343 @@
+"""The API's views (SPEC section 5): validate with a serializer, call one service or selector, answer.
+
+Domain errors are not caught here: `api.exceptions.api_exception_handler` maps them to HTTP.
+Every list reads a constant number of queries whatever its page size (tests/api/test_query_budget.py).
+"""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch, Q, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from api import serializers as s
+from api.filters import EventFilter, JobFilter, QuotaShareFilter, TrainingPlanFilter
+from api.permissions import (
+    CanReportJobStatus,
+    IsStaff,
+    IsStaffOrReadOnly,
+    IsStaffOrTeamManager,
+    sees_all_jobs,
+)
+from api.schema import ApiAutoSchema
+from api.throttling import SubmissionRateThrottle
+from scheduling import selectors, services
+from scheduling.models import (
+    PLACED_STATUSES,
+    EnvironmentCapacity,
+    Event,
+    InstanceType,
+    Job,
+    JobAttempt,
+    JobPreference,
+    JobQueue,
+    JobStatus,
+    Membership,
+    QuotaShare,
+    ServiceEnvironment,
+    ShareCapacityLimit,
+    State,
+    Team,
+    TrainingPlan,
+)
+
+SNAPSHOT_JOBS = 100
+
+
+class ApiViewSet(viewsets.GenericViewSet):
+    schema = ApiAutoSchema()
+    # Any id segment reaches the view, so `/jobs/1.5/` is the API's JSON 404, not the site's HTML one.
+    lookup_value_regex = "[^/]+"
+    # PATCH changes what it names; there is no PUT.
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+    conflict_actions: tuple[str, ...] = ()
+
+
+# --- configuration ---------------------------------------------------------------------------------------
+
+
+class ConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                    mixins.UpdateModelMixin, mixins.DestroyModelMixin, ApiViewSet):
+    """Read: any signed-in user. Write: staff, through a service that records the CONFIG_CHANGED event."""
+
+    permission_classes = [IsAuthenticated, IsStaffOrReadOnly]
+
+    def perform_create(self, serializer):
+        obj = self.create_object(dict(serializer.validated_data))
+        serializer.instance = self.get_queryset().get(pk=obj.pk)
+
+    def perform_update(self, serializer):
+        obj = self.update_object(serializer.instance, dict(serializer.validated_data))
+        serializer.instance = self.get_queryset().get(pk=obj.pk)
+
+    def perform_destroy(self, instance):
+        services.config_object_delete(obj=instance, actor=self.request.user)
+
+    def create_object(self, data: dict):
+        return services.config_object_create(model=self.queryset.model, fields=data, actor=self.request.user)
+
+    def update_object(self, obj, data: dict):
+        return services.config_object_update(obj=obj, changes=data, actor=self.request.user)
+
+
+_limits = Prefetch("capacity_limits",
+                   queryset=EnvironmentCapacity.objects.select_related("instance_type"))
+_share_limits = Prefetch("capacity_limits",
+                         queryset=ShareCapacityLimit.objects.select_related("instance_type"))
+
+
+class InstanceTypeViewSet(ConfigViewSet):
+    queryset = InstanceType.objects.all()
+    serializer_class = s.InstanceTypeSerializer
+
+
+class TeamViewSet(ConfigViewSet):
+    queryset = Team.objects.prefetch_related(
+        Prefetch("memberships",
+                 queryset=Membership.objects.select_related("user").order_by("user__username")))
+    serializer_class = s.TeamSerializer
+
+    @extend_schema(
+        request=s.TeamMemberSerializer,
+        responses={201: s.MemberSerializer,
+                   200: OpenApiResponse(s.MemberSerializer, "the user's role changed")},
+        summary="Add a member to the team, or change a member's role (staff, or a manager of the team)")
+    @action(detail=True, methods=["post"], serializer_class=s.TeamMemberSerializer,
+            permission_classes=[IsAuthenticated, IsStaffOrTeamManager])
+    def members(self, request, pk=None):
+        team = self.get_object()
+        serializer = s.TeamMemberSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        membership, created = services.team_member_set(
+            team=team, user=serializer.validated_data["username"], role=serializer.validated_data["role"],
+            actor=request.user)
+        return Response(s.MemberSerializer(membership).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class ServiceEnvironmentViewSet(ConfigViewSet):
+    queryset = ServiceEnvironment.objects.prefetch_related(_limits)
+    serializer_class = s.ServiceEnvironmentSerializer
+
+    def create_object(self, data: dict):
+        limits = s.limit_inputs(data.pop("capacity_limits"))
+        return services.service_environment_create(fields=data, limits=limits, actor=self.request.user)
+
+    def update_object(self, obj, data: dict):
+        limits = s.limit_inputs(data.pop("capacity_limits", None))
+        return services.service_environment_update(environment=obj, changes=data, limits=limits,
+                                                   actor=self.request.user)
+
+
+class JobQueueViewSet(ConfigViewSet):
+    queryset = JobQueue.objects.select_related("service_environment")
+    serializer_class = s.JobQueueSerializer
+
+    def update_object(self, obj, data: dict):
+        return services.job_queue_update(job_queue=obj, changes=data, actor=self.request.user)
+
+    def perform_destroy(self, instance):
+        services.job_queue_delete(job_queue=instance, actor=self.request.user)
+
+    @extend_schema(request=None, responses=s.ScheduleResultSerializer,
+                   summary="Run one scheduling pass over the queue now, synchronously (staff)")
+    @action(detail=True, methods=["post"], serializer_class=s.ScheduleResultSerializer,
+            permission_classes=[IsAuthenticated, IsStaff])
+    def schedule(self, request, pk=None):
+        job_queue = self.get_object()
+        result = services.queue_pass_run(job_queue_id=job_queue.pk, trigger="api")
+        body = {"admitted": result.admitted, "preempted": result.preempted, "duration_ms": result.duration_ms}
+        return Response(s.ScheduleResultSerializer(body).data)
+
+    @extend_schema(responses=s.QueueSnapshotSerializer,
+                   summary="RUNNABLE jobs in order, and per share and type: limit, usage, borrowed, lent")
+    @action(detail=True, methods=["get"], serializer_class=s.QueueSnapshotSerializer)
+    def snapshot(self, request, pk=None):
+        job_queue = self.get_object()
+        return Response(s.QueueSnapshotSerializer(_queue_snapshot(job_queue)).data)
+
+
+def _queue_snapshot(job_queue: JobQueue) -> dict:
+    """The queue as a pass would start from it: 10 queries (7 of them selectors.queue_usage)."""
+    usage = selectors.queue_usage(job_queue=job_queue)
+    runnable = Job.objects.filter(job_queue=job_queue, status=JobStatus.RUNNABLE,
+                                  quota_share__state=State.ENABLED)
+    # Each share's queue is ordered by (priority desc, submission, id); the same key interleaves the shares.
+    jobs = list(runnable.select_related("quota_share", "team", "pending")
+                .order_by("-scheduling_priority", "created_at", "id")[:SNAPSHOT_JOBS])
+    team_slugs = dict(Team.objects.filter(pk__in={share.team_id for share in usage.shares})
+                      .values_list("id", "slug"))
+    shares = [
+        {
+            "id": share.id, "name": share.name, "team": team_slugs[share.team_id], "strategy": share.strategy,
+            "state": share.state, "borrow_limit": share.borrow_limit,
+            "in_share_preemption": share.in_share_preemption, "pending": share.pending, "limit": share.limit,
+            "usage": share.usage, "borrowed": share.borrowed, "lent": share.lent,
+            "instance_types": share.rows,
+            "borrows_from": [{"share": lender, "instance_type": type_, "instances": n}
+                             for lender, type_, n in share.borrows_from],
+            "lends_to": [{"share": borrower, "instance_type": type_, "instances": n}
+                         for borrower, type_, n in share.lends_to],
+        }
+        for share in usage.shares
+    ]
+    return {"job_queue": job_queue.name, "state": job_queue.state, "taken_at": timezone.now(),
+            "runnable_count": runnable.count(), "jobs": jobs, "shares": shares, "instance_types": usage.types,
+            "plans": usage.plans}
+
+
+@extend_schema_view(list=extend_schema(summary="Quota shares; ?job_queue=NAME for one queue's"))
+class QuotaShareViewSet(ConfigViewSet):
+    queryset = QuotaShare.objects.select_related("job_queue", "team").prefetch_related(_share_limits)
+    serializer_class = s.QuotaShareSerializer
+    filterset_class = QuotaShareFilter
+
+    def create_object(self, data: dict):
+        limits = s.limit_inputs(data.pop("capacity_limits"))
+        return services.quota_share_create(fields=data, limits=limits, actor=self.request.user)
+
+    def update_object(self, obj, data: dict):
+        limits = s.limit_inputs(data.pop("capacity_limits", None))
+        return services.quota_share_update(share=obj, changes=data, limits=limits, actor=self.request.user)
+
+    @extend_schema(summary="Delete a DISABLED share; its unfinished jobs are cancelled")
+    def destroy(self, request, *args, **kwargs):
+        return super().destroy(request, *args, **kwargs)
+
+    def perform_destroy(self, instance):
+        services.quota_share_delete(share=instance, actor=self.request.user)
+
+
+class TrainingPlanViewSet(ConfigViewSet):
+    queryset = (
+        TrainingPlan.objects.select_related("job_queue", "instance_type").prefetch_related("quota_shares")
+        .annotate(in_use_instance_count=Coalesce(
+            Sum("jobs__selected_instance_count", filter=Q(jobs__status__in=PLACED_STATUSES)), 0))
+        .order_by("start_time", "name")
+    )
+    serializer_class = s.TrainingPlanSerializer
+    filterset_class = TrainingPlanFilter
+
+    def create_object(self, data: dict):
+        quota_shares = data.pop("quota_shares", [])
+        return services.training_plan_create(fields=data, quota_shares=quota_shares, actor=self.request.user)
+
+    def update_object(self, obj, data: dict):
+        quota_shares = data.pop("quota_shares", None)
+        return services.training_plan_update(plan=obj, changes=data, quota_shares=quota_shares,
+                                             actor=self.request.user)
+
+
+# --- jobs ------------------------------------------------------------------------------------------------
+
+
+def _jobs():
+    return Job.objects.select_related(
+        "job_queue", "quota_share", "team", "submitted_by", "selected_instance_type",
+        "selected_training_plan", "pending",
+    ).prefetch_related(
+        Prefetch("instance_preferences",
+                 queryset=JobPreference.objects.select_related("instance_type", "training_plan")),
+        Prefetch("attempts", queryset=JobAttempt.objects.select_related("instance_type", "training_plan")),
+    )
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Jobs of your teams (staff and executor accounts: all jobs)"),
+    retrieve=extend_schema(summary="A job of one of your teams"),
+)
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
+    """A member sees and touches only their teams' jobs: another team's job is a 404, never a 403."""
+
+    serializer_class = s.JobSerializer
+    filterset_class = JobFilter
+    permission_classes = [IsAuthenticated]
+    conflict_actions = ("partial_update", "cancel", "report")
+    throttled_actions = ("create",)
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_throttles(self):
+        if self.action in self.throttled_actions:
+            return [SubmissionRateThrottle()]
+        return super().get_throttles()
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no user
+            return Job.objects.none()
+        jobs = _jobs()
+        if sees_all_jobs(self.request.user):
+            return jobs
+        return jobs.filter(selectors.visible_jobs(user=self.request.user))
+
+    def _job_body(self, job_id: int) -> dict:
+        return s.JobSerializer(_jobs().get(pk=job_id), context=self.get_serializer_context()).data
+
+    @extend_schema(
+        request=s.JobSerializer,
+        responses={201: s.JobSerializer,
+                   200: OpenApiResponse(s.JobSerializer, "a repeated client_token: the job it submitted")},
+        summary="Submit a job to a quota share of one of your teams")
+    def create(self, request):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        job, created = services.job_submit(user=request.user, submission=serializer.to_submission())
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(self._job_body(job.pk), status=code)
+
+    @extend_schema(request=s.JobPriorityUpdateSerializer, responses=s.JobSerializer,
+                   summary="Change scheduling_priority (the submitter, team managers, staff)")
+    def partial_update(self, request, pk=None):
+        job = self.get_object()
+        serializer = s.JobPriorityUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.job_set_priority(job_id=job.pk, priority=serializer.validated_data["scheduling_priority"],
+                                  actor=request.user)
+        return Response(self._job_body(job.pk))
+
+    @extend_schema(request=s.JobCancelSerializer, responses=s.JobSerializer,
+                   summary="Cancel an unfinished job (the submitter, team managers, staff)")
+    @action(detail=True, methods=["post"], serializer_class=s.JobCancelSerializer)
+    def cancel(self, request, pk=None):
+        job = self.get_object()
+        serializer = s.JobCancelSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.job_cancel(job_id=job.pk, actor=request.user, reason=serializer.validated_data["reason"])
+        return Response(self._job_body(job.pk))
+
+    @extend_schema(request=s.JobReportSerializer, responses=s.JobSerializer,
+                   summary="An executor reports a placed job's progress (staff, report_job_status)")
+    @action(detail=True, methods=["post"], serializer_class=s.JobReportSerializer,
+            permission_classes=[IsAuthenticated, CanReportJobStatus])
+    def report(self, request, pk=None):
+        job = self.get_object()
+        serializer = s.JobReportSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.job_report(job_id=job.pk, status=serializer.validated_data["status"],
+                            reason=serializer.validated_data["reason"], actor=request.user)
+        return Response(self._job_body(job.pk))
+
+
+# --- events ----------------------------------------------------------------------------------------------
+
+
+@extend_schema_view(list=extend_schema(
+    summary="Events, newest first; with since or since_id, the ones after it, oldest first (for tailing)"))
+class EventViewSet(mixins.ListModelMixin, ApiViewSet):
+    """Every signed-in user reads every event; a job inside an event is a summary, never its payload."""
+
+    serializer_class = s.EventSerializer
+    filterset_class = EventFilter
+    permission_classes = [IsAuthenticated]
+
+    def get_queryset(self):
+        events = Event.objects.select_related(
+            "job_queue", "job__team", "quota_share", "other_job__team", "other_share", "instance_type",
+            "actor",
+        ).defer("job__payload", "other_job__payload")
+        tailing = any(self.request.query_params.get(name) for name in ("since", "since_id"))
+        return events.order_by("created_at", "id") if tailing else events.order_by("-created_at", "-id")

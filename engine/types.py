@@ -1,0 +1,214 @@
+"""The scheduler's vocabulary: a snapshot of one job queue in, decisions out.
+
+Plain frozen dataclasses with no Django import, so the engine can be tested, benchmarked and replayed in
+the simulator on its own. `scheduling.passes.snapshot` is the one place that translates ORM rows to and from these.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class Strategy(enum.StrEnum):
+    RESERVE = "RESERVE"
+    LEND = "LEND"
+    LEND_AND_BORROW = "LEND_AND_BORROW"
+
+
+class Ordering(enum.StrEnum):
+    BEST_EFFORT_FIFO = "BEST_EFFORT_FIFO"
+    STRICT_FIFO = "STRICT_FIFO"
+
+
+class JobStatus(enum.StrEnum):
+    RUNNABLE = "RUNNABLE"
+    SCHEDULED = "SCHEDULED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+
+
+PLACED_STATUSES = frozenset({JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING})
+
+
+class PreemptionKind(enum.StrEnum):
+    RECLAIM = "PREEMPTED_RECLAIM"
+    IN_SHARE = "PREEMPTED_IN_SHARE"
+    LIMIT_REDUCED = "PREEMPTED_LIMIT_REDUCED"
+
+
+UNLIMITED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A quota share. `limits` maps instance type name -> max_capacity (a type not listed has limit 0)."""
+
+    id: int
+    name: str
+    strategy: Strategy
+    limits: dict[str, int]
+    borrow_limit: int = UNLIMITED
+    in_share_preemption: bool = False
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A training plan: `instance_count` reserved instances of one type for [start_time, end_time).
+
+    `share_ids` empty means every share of the queue may draw on it.
+    """
+
+    id: int
+    name: str
+    instance_type: str
+    instance_count: int
+    start_time: datetime
+    end_time: datetime
+    share_ids: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One preference entry of a job: a type and count, optionally on a named training plan."""
+
+    instance_type: str
+    instance_count: int
+    training_plan: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a placed job holds capacity. `training_plan` None means on-demand capacity."""
+
+    instance_type: str
+    instance_count: int
+    training_plan: str | None
+    scheduled_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job of the queue that is RUNNABLE (placement None) or placed (SCHEDULED, STARTING, RUNNING).
+
+    `submitted_at` orders the queue and survives preemption; `runnable_since` is when the job last became
+    RUNNABLE and is what `max_pending_seconds` is measured from.
+    """
+
+    id: int
+    share_id: int
+    priority: int
+    submitted_at: datetime
+    entries: tuple[Entry, ...]
+    status: JobStatus = JobStatus.RUNNABLE
+    placement: Placement | None = None
+    runnable_since: datetime | None = None
+    max_pending_seconds: int | None = None
+    preemption_count: int = 0
+    preemption_retries_before_termination: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one pass over one queue may look at. Same snapshot in, same decisions out."""
+
+    now: datetime
+    capacity: dict[str, int]
+    shares: tuple[Share, ...]
+    jobs: tuple[Job, ...]
+    plans: tuple[Plan, ...] = ()
+    ordering: Ordering = Ordering.BEST_EFFORT_FIFO
+    plan_drain_seconds: int = 1800
+    queue_enabled: bool = True
+
+
+# --- decisions -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Place `job_id` on its entry `entry_index`. `borrowed` = instances of it above the share's limit."""
+
+    job_id: int
+    share_id: int
+    entry_index: int
+    instance_type: str
+    instance_count: int
+    training_plan: str | None
+    borrowed: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Stop placed job `job_id` and return it to RUNNABLE (or FAILED when `fails`).
+
+    `preemptor_job_id`/`preemptor_share_id` are None for LIMIT_REDUCED preemptions, which no job caused.
+    """
+
+    job_id: int
+    share_id: int
+    kind: PreemptionKind
+    instance_type: str
+    instances: int
+    preemptor_job_id: int | None
+    preemptor_share_id: int | None
+    fails: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Stop a job whose training plan ends within the drain window; back to RUNNABLE, not a preemption."""
+
+    job_id: int
+    share_id: int
+    training_plan: str
+    instance_type: str
+    instances: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Timeout:
+    """Fail a RUNNABLE job that waited longer than its `max_pending_seconds` (PENDING_TIMEOUT)."""
+
+    job_id: int
+    share_id: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A job left RUNNABLE: why, entry by entry, and its 1-based position in its share's queue."""
+
+    job_id: int
+    share_id: int
+    reason: str
+    queue_position: int
+
+
+@dataclass(slots=True)
+class PassStats:
+    jobs_considered: int = 0
+    placed_within_quota: int = 0
+    placed_borrowing: int = 0
+    placed_on_plan: int = 0
+    fallbacks: int = 0
+    preemptions: dict[str, int] = field(default_factory=dict)
+    plan_drains: int = 0
+    timeouts: int = 0
+
+
+@dataclass(slots=True)
+class Decisions:
+    """The outcome of one pass. Lists are in the order the engine decided them."""
+
+    admissions: list[Admission] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    drains: list[Drain] = field(default_factory=list)
+    timeouts: list[Timeout] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    stats: PassStats = field(default_factory=PassStats)

@@ -1,0 +1,82 @@
+"""Small presentation helpers for the pages: bar segments and compact numbers."""
+
+from __future__ import annotations
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from portal.charts import stacked_bar, svg_problem
+
+register = template.Library()
+
+
+@register.filter
+def type_segments(usage):
+    """A queue's capacity bar for one instance type: owned use, borrowed use, idle, free."""
+    return stacked_bar(
+        [("owned", usage.owned), ("borrowed", usage.borrowed), ("idle", usage.idle), ("free", usage.free)],
+        usage.capacity,
+    )
+
+
+@register.filter
+def share_segments(row):
+    """A share's bar for one instance type, scaled to its limit (or its usage when it borrows above it)."""
+    return stacked_bar(
+        [
+            ("owned", row.usage - row.borrowed),
+            ("borrowed", row.borrowed),
+            ("lent", row.lent),
+            ("idle", row.idle),
+        ],
+        max(row.limit, row.usage),
+    )
+
+
+@register.filter
+def limit_x(row) -> float:
+    """Where a share's limit falls on its bar, in percent."""
+    scale = max(row.limit, row.usage, 1)
+    return round(100 * row.limit / scale, 3)
+
+
+@register.filter
+def short_type(name: str) -> str:
+    """`ml.p5.48xlarge` -> `p5.48xlarge`: the family people say, with its size."""
+    return name[3:] if name.startswith("ml.") else name
+
+
+@register.filter
+def error_slot(name: str) -> str:
+    """The id of the element that holds a field's errors, so htmx can fill it in place."""
+    return f"errors-{name}"
+
+
+@register.filter
+def ago(moment, now=None) -> str:
+    """How long ago, compactly: `12 s`, `4 min`, `3 h 5 min`, `2 d 4 h` (timesince says "0 minutes")."""
+    if moment is None:
+        return ""
+    seconds = max(0, int(((now or timezone.now()) - moment).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@register.filter
+def inline_svg(svg: str | None):
+    """A chart the replay drew, put in the page as it is once it proves to be plain SVG (no script, no event
+    handler); anything else becomes a note instead."""
+    problem = svg_problem(svg or "")
+    if problem:
+        return format_html('<p class="muted">This chart cannot be shown: {}.</p>', problem)
+    return mark_safe(svg)  # checked by svg_problem just above

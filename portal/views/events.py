@@ -1,0 +1,54 @@
+"""The event log (`/events/`): filters, and a live tail that appends events newer than the last one shown."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from portal import forms as f
+from portal.views.common import page, refresh_seconds, viewer
+from scheduling import selectors
+
+
+@require_GET
+@page
+def event_log(request):
+    """Newest first; `?after=ID` (the live tail, for htmx) answers only the rows newer than ID, and the
+    poller; `?before=ID` is the page of older events (no tail there: new events belong on the first page)."""
+    form = f.EventFilterForm(request.GET or None)
+    filters = selectors.EventFilters()
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        filters = selectors.EventFilters(
+            kind=data["kind"] or None,
+            job_queue_id=data["job_queue"].pk if data["job_queue"] else None,
+            share_id=data["quota_share"].pk if data["quota_share"] else None,
+            job_id=data["job"],
+        )
+    query = request.GET.copy()
+    query.pop("after", None)
+    query.pop("before", None)
+    after, before = request.GET.get("after", ""), request.GET.get("before", "")
+    tail = bool(request.htmx) and after.isdigit()
+    older = not tail and before.isdigit()
+    rows = selectors.event_log(
+        viewer=viewer(request),
+        filters=filters,
+        after_id=int(after) if tail else None,
+        before_id=int(before) if older else None,
+        limit=settings.PAGE_LIST_SIZE,
+    )
+    last_id = rows[0].id if rows else (int(after) if tail else 0)
+    context = {
+        "form": form,
+        "rows": rows,
+        "tail": tail,
+        "older": older,
+        "next_before": rows[-1].id if len(rows) == settings.PAGE_LIST_SIZE else None,
+        "last_id": last_id,
+        "query": query.urlencode(),
+        "refresh_seconds": refresh_seconds(),
+    }
+    template = "portal/event_log.html" + ("#event-tail" if tail else "")
+    return render(request, template, context)

@@ -1,0 +1,196 @@
+"""Jobs: the filtered list, the submit form (rows added and removed in place, validated inline with the
+API's rules), and a job's page with its reason, attempts, events, and the actions its owners may take."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from portal import forms as f
+from portal.views.common import htmx_target, page, refresh_seconds, viewer
+from scheduling import selectors, services
+from scheduling.errors import DomainError, NotAllowed
+
+# --- the list -----------------------------------------------------------------------------------------------
+
+
+@require_GET
+@page
+def job_list(request):
+    who = viewer(request)
+    form = f.JobFilterForm(request.GET or None, viewer=who)
+    filters = selectors.JobFilters()
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        filters = selectors.JobFilters(
+            status=data["status"] or None,
+            job_queue_id=data["job_queue"].pk if data["job_queue"] else None,
+            share_id=data["quota_share"].pk if data["quota_share"] else None,
+            team_id=data["team"].pk if data["team"] else None,
+        )
+    jobs = Paginator(selectors.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
+    page_obj = jobs.get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"form": form, "page_obj": page_obj, "query": query.urlencode()}
+    template = "portal/job_list.html"
+    if htmx_target(request, ("job-table",)):
+        template += "#job-table"
+    return render(request, template, context)
+
+
+# --- submitting ---------------------------------------------------------------------------------------------
+
+
+def _job_forms(request, data=None):
+    return (f.JobForm(data, user=request.user), f.PreferenceFormSet(data, prefix=f.PREFERENCE_PREFIX))
+
+
+def _render_job_form(request, form, formset, *, validated: bool, status: int = 200) -> HttpResponse:
+    return render(
+        request,
+        "portal/job_new.html",
+        {"form": form, "formset": formset, "quiet": not validated},
+        status=status,
+    )
+
+
+def _check_submission(request, form, formset):
+    """Validate as `services.job_submit` will, without creating anything; (submission, rows)."""
+    built = f.job_submission(form, formset)
+    if built is None:
+        return None
+    submission, rows = built
+    try:
+        services.job_submission_validate(user=request.user, submission=submission)
+    except NotAllowed as exc:
+        form.add_error("quota_share", exc.message)
+        return None
+    except ValidationError as exc:
+        f.add_submission_errors(form, formset, exc, rows)
+        return None
+    return submission, rows
+
+
+@page
+def job_new(request):
+    """GET: an empty form. POST: add or remove a preference row (no JS), or submit."""
+    if request.method == "GET":
+        form, formset = _job_forms(request)
+        return _render_job_form(request, form, formset, validated=False)
+    action = request.POST.get("action", "submit")
+    if action != "submit":
+        form, formset = _job_forms(request, _rows_changed(request.POST, action))
+        return _render_job_form(request, form, formset, validated=False)
+    form, formset = _job_forms(request, request.POST)
+    checked = _check_submission(request, form, formset)
+    if checked is None:
+        return _render_job_form(request, form, formset, validated=True, status=400)
+    submission, rows = checked
+    try:
+        job, created = services.job_submit(user=request.user, submission=submission)
+    except ValidationError as exc:  # the rules ran again inside the service, and something changed meanwhile
+        f.add_submission_errors(form, formset, exc, rows)
+        return _render_job_form(request, form, formset, validated=True, status=400)
+    except DomainError as exc:
+        form.add_error(None, exc.message)
+        return _render_job_form(request, form, formset, validated=True, status=exc.status_code)
+    messages.success(request, f"Submitted {job.name}." if created else f"{job.name} was already submitted.")
+    return redirect("job_detail", job_id=job.pk)
+
+
+def _rows_changed(data, action: str):
+    """The posted data with a preference row added (`add`) or removed (`remove-N`)."""
+    rows = f.preference_rows(data)
+    if action == "add":
+        rows.append({"instance_type": "", "instance_count": "1", "training_plan": ""})
+    elif action.startswith("remove-") and action[7:].isdigit() and int(action[7:]) < len(rows):
+        del rows[int(action[7:])]
+    return f.with_preference_rows(data, rows)
+
+
+@require_POST
+@page
+def job_new_rows(request):
+    """htmx: the preference fieldset with a row added or removed, values kept, nothing validated."""
+    form, formset = _job_forms(request, _rows_changed(request.POST, request.POST.get("action", "")))
+    return render(
+        request, "portal/job_new.html#preferences", {"form": form, "formset": formset, "quiet": True}
+    )
+
+
+@require_POST
+@page
+def job_new_validate(request):
+    """htmx: every field's error slot, filled by the same rules as a submission; creates nothing."""
+    form, formset = _job_forms(request, request.POST)
+    _check_submission(request, form, formset)
+    return render(request, "portal/partials/job_form_errors.html", {"form": form, "formset": formset})
+
+
+# --- one job ------------------------------------------------------------------------------------------------
+
+
+def _visible_job(request, job_id: int):
+    job = selectors.job_for_viewer(viewer=viewer(request), job_id=job_id)
+    if job is None:
+        raise Http404("No such job, or it belongs to another team.")
+    return job
+
+
+@require_GET
+@page
+def job_detail(request, job_id: int):
+    job = _visible_job(request, job_id)
+    if htmx_target(request, ("job-live",)):
+        return render(request, "portal/job_detail.html#job-live", {"job": job})
+    context = {
+        "job": job,
+        "events": selectors.job_events(viewer=viewer(request), job_id=job.pk),
+        "can_manage": services.job_can_manage(user=request.user, job=job),
+        "priority_form": f.PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
+        "cancel_form": f.CancelForm(),
+        "refresh_seconds": refresh_seconds(),
+    }
+    return render(request, "portal/job_detail.html", context)
+
+
+@require_POST
+@page
+def job_cancel(request, job_id: int):
+    job = _visible_job(request, job_id)
+    form = f.CancelForm(request.POST)
+    if form.is_valid():
+        services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
+        messages.success(request, f"Cancelled {job.name}.")
+    return redirect(reverse("job_detail", args=[job.pk]))
+
+
+@require_POST
+@page
+def job_priority(request, job_id: int):
+    job = _visible_job(request, job_id)
+    form = f.PriorityForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            for message in errors:
+                messages.error(request, message)
+        return redirect(reverse("job_detail", args=[job.pk]))
+    try:
+        services.job_set_priority(
+            job_id=job.pk, priority=form.cleaned_data["scheduling_priority"], actor=request.user
+        )
+    except ValidationError as exc:
+        for message in exc.messages:
+            messages.error(request, message)
+    else:
+        messages.success(
+            request, f"Priority of {job.name} is now {form.cleaned_data['scheduling_priority']}."
+        )
+    return redirect(reverse("job_detail", args=[job.pk]))

@@ -1,0 +1,35 @@
+"""The overview (`/`): capacity per queue and instance type, every share at a glance, refreshed live."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from portal.views.common import htmx_target, page, refresh_seconds, viewer
+from scheduling import selectors
+
+LIVE_REGION = "overview-live"
+
+
+@require_GET
+@page
+def overview(request):
+    now = timezone.now()
+    queues = selectors.overview(
+        viewer=viewer(request), long_wait_since=now - timedelta(seconds=settings.PAGE_STARVED_AFTER_SECONDS)
+    )
+    context = {
+        "queues": queues,
+        "now": now,
+        # A pass older than three beats means the scheduler (worker or beat) is not running.
+        "stale_before": now - timedelta(seconds=3 * settings.PASS_INTERVAL_SECONDS),
+        "refresh_seconds": refresh_seconds(),
+    }
+    template = "portal/overview.html"
+    if htmx_target(request, (LIVE_REGION,)):
+        template += f"#{LIVE_REGION}"
+    return render(request, template, context)

@@ -1,0 +1,964 @@
+"""Exact shortcuts: cheaper passes that decide exactly what the engine decides on the whole queue.
+
+The engine's pass costs time for every job in the snapshot: each placed job when it builds its working state,
+each RUNNABLE job when it orders, tries and explains it. A two-week Philly replay makes some 20,000 passes
+over hundreds of placed and up to thousands of waiting jobs, so the replay gives the unchanged engine a
+smaller snapshot that provably leads to the same admissions, preemptions, drains and timeouts, and falls back
+to the whole snapshot whenever it cannot prove it. `simulate(..., verify_shortcuts=True)` runs the whole
+snapshot as well after every pass and raises on any difference; the tests do that on real trace slices.
+
+1. **Placed jobs, one per share and type.** The on-demand jobs a share holds on a type are given to the engine
+   as one placeholder job holding their sum, at their lowest priority. Fits read only the sums, so a pass that
+   preempts nobody decides the same. A pass that preempts anybody (or names a placeholder) is run again on the
+   real jobs: with placeholders a victim search can only find more room than with the real jobs (a placeholder
+   frees its whole sum where the real jobs free part of it), so when it finds none, the real search finds
+   none.
+   Jobs on training plans stay real (drains name them).
+2. **Waiting jobs, the first few of each group.** RUNNABLE jobs of one share with the same preference list and
+   priority form a group; the engine gets the first `k` of each group in queue order, plus every job due to
+   time out. With no preemption in the pass, capacity only fills up while it runs and every fit rule is
+   monotone in usage, so once a group's k-th job was tried and not placed, every later job of the group fails
+   too, without side effects, unless it could preempt: that needs in-share victims of lower priority, or
+   reclaim, which needs its share to have room under its own limit when it is tried while some share is over
+   its limit with jobs placed before the pass. `k` is one more than the jobs of the group that can be placed
+   at most: per entry, the room left under the share's ceiling and in lendable capacity (invariants B, C) or
+   on the plan, divided by the entry's count. When the k-th job was placed anyway, or a later job could
+   preempt, the pass is run again with more of that group (or on the whole snapshot). Under STRICT_FIFO a
+   share's queue is one group: everything behind a job that was not placed is held anyway.
+   A group whose share is already over its ceiling on every entry (RESERVE or LEND at its limit, or
+   LEND_AND_BORROW at its borrow limit), with no in-share preemption, is left out entirely: in a pass that
+   preempts nobody its share's usage only grows, so none of its jobs can be placed, nor reclaim (which needs
+   the share to end within its own limit). Jobs of a disabled share are never tried. Likewise, in that pass,
+   a group is left out that is *stuck*: no in-share preemption, and on every entry no room now (room only
+   shrinks) and its share's usage plus the entry's count above its own limit (so no reclaim either).
+3. **A pass that preempts** is run again with the real jobs of every holding a victim may come from: shares
+   over their limit on the type (reclaim) and shares with in-share preemption; the other holdings stay summed
+   (no victim is ever taken from a share within its limit without in-share preemption). All waiting jobs are
+   given, but those of RESERVE and LEND shares held at their limit: such a share is never over its limit, so
+   never loses a job to reclaim, and its usage only grows. The decisions are kept unless one of the proofs
+   below fails; then the pass is run again without that shortcut (`Reducer.preemption_verdict`, and
+   `ReplayStats.preempting_retries` counts why), and on the whole snapshot when a summed placeholder was named.
+   - *Reclaim fronts.* Reclaim takes victims of the holdings over their limit on a type in one order
+     (`victim_key` across all of them) and stops as soon as the preemptor fits. So a reclaimed holding is
+     given as its real jobs at the front of that order, as many as the pass's would-be reclaimers can use
+     (their room under their own limits, `reclaim_reach`), and one placeholder for the rest, after every real
+     job in that order. A preemption takes candidates in order and keeps the last one taken, so while no
+     placeholder is named the victims are those the real jobs give; a named one (CUT) reruns the pass with
+     the holdings whole. Not with in-share preemption in the pass, whose victims come after reclaim's.
+   - *Borrowing in the pass.* A summed holding that went over its limit in the pass has jobs reclaim could
+     take: the pass is run again with it as a reclaimed holding (BORROWED).
+   - *Stuck groups* (as in point 2) are first left out, and the decisions kept if they provably stayed stuck
+     through the preemptions (`Reducer.stayed_stuck`); else the pass is run again with them (STUCK).
+   - *Groups cut short.* A group none of whose jobs can preempt when the pass starts (`cannot_reclaim`) is
+     given only as many jobs as point 2 gives; kept if its last job given was not placed and its room
+     provably never grew in the pass (`Reducer.stayed_short`), else run again with the whole group (GROUPS).
+4. **Passes that cannot decide anything are skipped** (see `simulation`): after a pass that decided nothing,
+   a new job whose group (share, preference list, priority) was waiting then fails just as that group did; a
+   capacity release on a type matters only to groups with an entry on it that are not held at their share's
+   own limit (a RESERVE or LEND share without in-share preemption at its limit can neither fit nor preempt).
+5. **Shares with nothing to do are folded into capacity.** A share none of whose jobs the pass is given (no
+   waiting job, no job on a plan) and that is within its limit on every type can neither place nor lose a job
+   in the pass: it has nothing to place, so its usage stays within its limits and no reclaim takes from it,
+   and in-share preemption needs its own waiting job. What it does to the others is its part of invariant
+   B's sum, max(usage, reserved) per type, so the engine is given the other shares and, per type, capacity
+   less that part: every fit and victim search sees the same room. (Invariant A cannot break by it: the
+   other shares' usage plus the folded share's part is at most invariant B's sum, within capacity.)
+
+What a pass starts from is kept as jobs come and go, not recomputed per pass: the usage of each holding,
+invariant B's sum per type, which shares are over a limit (`PlacedJobs`), and which groups are held at their
+share's ceiling (recomputed for a share only when its usage or its groups change), how many jobs of a group
+point 2 gives (`Reducer.bound`, kept while the share's usage and invariant B's sum on the group's types stay as
+they were), and each holding's jobs in reclaim order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from engine import (
+    Decisions,
+    Entry,
+    Job,
+    JobStatus,
+    Placement,
+    Plan,
+    PreemptionKind,
+    Share,
+    Strategy,
+)
+from engine.capacity import reserved_capacity, share_ceiling, victim_key
+from engine.order import queue_key
+
+GROWTH = 4
+MAX_ATTEMPTS = 4
+# What `Reducer.preemption_verdict` says of a pass that preempts: the decisions are those of the whole
+# snapshot; or run it again with the real jobs of reclaimed holdings, with more holdings reclaimed, with the
+# stuck groups, or whole.
+EXACT, CUT, BORROWED, STUCK, GROUPS, WHOLE = "exact", "cut", "borrowed", "stuck", "groups", "whole"
+_HELD, _STUCK, _SHORT = "held", "stuck", "short"  # how a pass that preempts is given a group
+
+GroupKey = tuple[int, Hashable]  # (share id, key within the share)
+
+
+def saturation_key(job: Job) -> tuple[int, tuple[Entry, ...], int]:
+    """Jobs that fit, fail and preempt alike: same share, preference list and priority."""
+    return (job.share_id, job.entries, job.priority)
+
+
+class Group:
+    """One group's jobs in queue order, and its kind: groups of one share and preference list (priorities
+    apart) have the same `alike` number, and are stuck or bounded alike."""
+
+    __slots__ = ("key", "members", "alike")
+
+    def __init__(self, key: GroupKey, alike: int):
+        self.key = key
+        self.members: list[tuple[tuple, int]] = []
+        self.alike = alike
+
+
+class RunnableGroups:
+    """The RUNNABLE jobs of each share, grouped, each group in queue order (SPEC 3.2)."""
+
+    def __init__(self, *, strict_fifo: bool):
+        self.strict_fifo = strict_fifo
+        self.groups: dict[GroupKey, list[tuple[tuple, int]]] = {}
+        self.of_share: dict[int, dict[GroupKey, Group]] = {}  # share -> its groups
+        # share -> bumped whenever the groups of the share, or under STRICT_FIFO its head, change
+        self.generation: dict[int, int] = {}
+        self._alike: dict[Hashable, int] = {}
+
+    def key(self, job: Job) -> GroupKey:
+        return (job.share_id, None) if self.strict_fifo else (job.share_id, (job.entries, job.priority))
+
+    def add(self, job: Job) -> None:
+        key = self.key(job)
+        members = self.groups.get(key)
+        if members is None:
+            # Under STRICT_FIFO a share's queue is its one group, whatever the preference lists.
+            alike = self._alike.setdefault(
+                key if self.strict_fifo else (job.share_id, job.entries), len(self._alike)
+            )
+            group = Group(key, alike)
+            members = self.groups[key] = group.members
+            self.of_share.setdefault(job.share_id, {})[key] = group
+            self._changed(job.share_id)
+        elif self.strict_fifo:
+            self._changed(job.share_id)
+        insort(members, (queue_key(job), job.id))
+
+    def remove(self, job: Job) -> None:
+        key = self.key(job)
+        members = self.groups[key]
+        del members[bisect_left(members, (queue_key(job), job.id))]
+        if not members:
+            del self.groups[key]
+            keys = self.of_share[job.share_id]
+            del keys[key]
+            if not keys:
+                del self.of_share[job.share_id]
+            self._changed(job.share_id)
+        elif self.strict_fifo:
+            self._changed(job.share_id)
+
+    def all(self) -> Iterator[Group]:
+        for groups in self.of_share.values():
+            yield from groups.values()
+
+    def _changed(self, share_id: int) -> None:
+        self.generation[share_id] = self.generation.get(share_id, 0) + 1
+
+
+class PlacedJobs:
+    """The placed jobs: on-demand ones by (share, type) with their sum, so a pass can see them summed, and the
+    sums over shares a pass starts from, kept as jobs come and go."""
+
+    def __init__(self, shares: Mapping[int, Share]):
+        self.shares = shares
+        self.on_demand: dict[tuple[int, str], dict[int, int]] = {}  # (share, type) -> job id -> priority
+        # (share, type) -> (the engine's victim key, job id, instances) of its jobs, in reclaim order
+        self.in_victim_order: dict[tuple[int, str], list[tuple[tuple[int, float, int], int, int]]] = {}
+        self.usage: dict[tuple[int, str], int] = {}  # (share, type) -> instances
+        self.types_of: dict[int, dict[str, None]] = {}  # share -> the types it holds on demand
+        self.on_plans: dict[int, None] = {}
+        self.plan_usage: dict[str, int] = {}  # plan -> instances
+        # Invariant B's sum per type: max(usage, reserved) over shares (reserved 0 where a share has no limit)
+        self.committed: dict[str, int] = {}
+        self.over_limit: dict[int, int] = {}  # share -> how many of its holdings are over their limit
+        self.generation: dict[int, int] = {}  # share -> bumped at every change of its on-demand usage
+        for share in shares.values():
+            for instance_type, limit in share.limits.items():
+                reserved = reserved_capacity(share, limit)
+                self.committed[instance_type] = self.committed.get(instance_type, 0) + reserved
+
+    def add(self, job: Job) -> None:
+        placement = job.placement
+        if placement.training_plan is not None:
+            self.on_plans[job.id] = None
+            plan = placement.training_plan
+            self.plan_usage[plan] = self.plan_usage.get(plan, 0) + placement.instance_count
+            return
+        key = (job.share_id, placement.instance_type)
+        holding = self.on_demand.get(key)
+        if holding is None:
+            holding = self.on_demand[key] = {}
+            self.in_victim_order[key] = []
+            self.types_of.setdefault(job.share_id, {})[placement.instance_type] = None
+        holding[job.id] = job.priority
+        insort(self.in_victim_order[key], (victim_key(job, placement), job.id, placement.instance_count))
+        self._change(key, placement.instance_count)
+
+    def remove(self, job: Job) -> None:
+        placement = job.placement
+        if placement.training_plan is not None:
+            del self.on_plans[job.id]
+            self.plan_usage[placement.training_plan] -= placement.instance_count
+            return
+        key = (job.share_id, placement.instance_type)
+        holding = self.on_demand[key]
+        del holding[job.id]
+        in_order = self.in_victim_order[key]
+        del in_order[bisect_left(in_order, (victim_key(job, placement), job.id))]
+        self._change(key, -placement.instance_count)
+        if not holding:
+            del self.on_demand[key]
+            del self.in_victim_order[key]
+            del self.usage[key]
+            types = self.types_of[job.share_id]
+            del types[placement.instance_type]
+            if not types:
+                del self.types_of[job.share_id]
+
+    def contribution(self, share_id: int, instance_type: str) -> int:
+        """What the share's holding adds to invariant B's sum for the type: max(usage, reserved)."""
+        share = self.shares[share_id]
+        reserved = reserved_capacity(share, share.limits.get(instance_type, 0))
+        return max(self.usage.get((share_id, instance_type), 0), reserved)
+
+    def _change(self, key: tuple[int, str], count: int) -> None:
+        share_id, instance_type = key
+        before = self.usage.get(key, 0)
+        committed = self.contribution(share_id, instance_type)
+        self.usage[key] = after = before + count
+        self.committed[instance_type] = (
+            self.committed.get(instance_type, 0) + self.contribution(share_id, instance_type) - committed
+        )
+        limit = self.shares[share_id].limits.get(instance_type, 0)
+        over = (after > limit) - (before > limit)
+        if over:
+            self.over_limit[share_id] = self.over_limit.get(share_id, 0) + over
+        self.generation[share_id] = self.generation.get(share_id, 0) + 1
+
+
+@dataclass
+class ReducedSnapshot:
+    """What the engine is given instead of the whole queue: jobs, and the shares and capacity left after
+    folding (point 5)."""
+
+    jobs: list[Job]
+    shares: tuple[Share, ...]
+    capacity: dict[str, int]
+
+
+@dataclass
+class ReducedSnapshotJobs(ReducedSnapshot):
+    last_taken: dict[GroupKey, int]  # groups cut short -> id of the last job given to the engine
+    usage: Mapping[tuple[int, str], int]  # on-demand instances per (share, type) before the pass is applied
+    lowest_priority: dict[tuple[int, str], int]  # of the jobs placed on demand per (share, type)
+
+
+@dataclass
+class PreemptingSnapshot(ReducedSnapshot):
+    summed: set[tuple[int, str]]  # (share, type) holdings given as placeholders
+    stuck: list[tuple[int, tuple[Entry, ...], tuple[int, ...]]]  # (share, entries, room per entry) left out
+    usage: Mapping[tuple[int, str], int]  # on-demand instances per (share, type) before the pass is applied
+    split_ids: set[int]  # placeholders for the rest of a reclaimed holding
+    cut_short: list[
+        tuple[int, tuple[Entry, ...], int]
+    ]  # (share, entries, last job given) of groups cut short
+
+
+class Reducer:
+    """Builds the reduced job list of a pass and judges whether the engine's decisions on it are exact."""
+
+    def __init__(
+        self,
+        *,
+        shares: Mapping[int, Share],
+        capacity: Mapping[str, int],
+        plans: Iterable[Plan],
+        epoch: datetime,
+    ):
+        self.shares = shares
+        self.capacity = capacity
+        # Point 5: a share can be folded into capacity only when every type it has a limit on is offered.
+        self.foldable = {
+            share.id: all(instance_type in capacity for instance_type in share.limits)
+            for share in shares.values()
+        }
+        self.in_id_order = tuple(sorted(shares.values(), key=lambda share: share.id))
+        # share -> type offered that it has a limit on -> its reserved capacity (see `fold_idle_shares`)
+        self._reserved = {
+            share.id: {
+                instance_type: reserved_capacity(share, limit)
+                for instance_type, limit in share.limits.items()
+                if instance_type in capacity
+            }
+            for share in shares.values()
+        }
+        self.plan_counts = {plan.name: plan.instance_count for plan in plans}
+        self.epoch = epoch
+        self._placeholders: dict[tuple[int, str, int, int], Job] = {}
+        self._ids: dict[tuple[int, str], int] = {}
+        # share -> ((its usage generation, its groups' generation), its groups not held at its ceiling)
+        self._live: dict[int, tuple[tuple[int, int], list[Group]]] = {}
+        self._bounds: dict[int, tuple[tuple, int | None]] = {}  # alike -> (what it depends on, `bound`)
+
+    def placeholder(self, share_id: int, instance_type: str, count: int, priority: int) -> Job:
+        key = (share_id, instance_type, count, priority)
+        job = self._placeholders.get(key)
+        if job is None:
+            job_id = self._ids.setdefault((share_id, instance_type), -1 - len(self._ids))
+            job = self._placeholders[key] = Job(
+                id=job_id,
+                share_id=share_id,
+                priority=priority,
+                submitted_at=self.epoch,
+                entries=(Entry(instance_type, count),),
+                status=JobStatus.RUNNING,
+                placement=Placement(instance_type, count, None, self.epoch),
+            )
+        return job
+
+    def jobs(
+        self,
+        *,
+        unfinished: Mapping[int, Job],
+        placed: PlacedJobs,
+        groups: RunnableGroups,
+        due: set[int],
+        takes: Mapping[GroupKey, int],
+    ) -> ReducedSnapshotJobs:
+        jobs: list[Job] = [unfinished[job_id] for job_id in placed.on_plans]
+        last_taken: dict[GroupKey, int] = {}
+        room = self.room_in(placed)
+        bounds: dict[int, int | None] = {}  # alike -> how many of such a group to give (None: stuck)
+        for group in self.live_groups(unfinished=unfinished, placed=placed, groups=groups):
+            members = group.members
+            take = takes.get(group.key) if takes else None
+            if take is None:
+                alike = group.alike
+                if alike in bounds:
+                    take = bounds[alike]
+                else:
+                    take = bounds[alike] = self.bound(unfinished[members[0][1]], alike, room, placed, groups)
+                if take is None:
+                    continue
+            key = group.key
+            if not due:
+                jobs.extend(unfinished[job_id] for _, job_id in members[:take])
+                if len(members) > take:
+                    last_taken[key] = members[take - 1][1]
+                continue
+            taken: list[int] = []
+            for index, (_, job_id) in enumerate(members):
+                if job_id in due:
+                    continue  # added below; it times out instead of being tried
+                if len(taken) == take:
+                    if any(other not in due for _, other in members[index:]):
+                        last_taken[key] = taken[-1]
+                    break
+                jobs.append(unfinished[job_id])
+                taken.append(job_id)
+        jobs.extend(unfinished[job_id] for job_id in due)
+        shares, capacity = self.fold_idle_shares({job.share_id for job in jobs}, placed)
+        lowest_priority: dict[tuple[int, str], int] = {}
+        for share in shares:
+            for instance_type in placed.types_of.get(share.id, ()):
+                key = (share.id, instance_type)
+                lowest = 0
+                # Only in-share preemption reads a victim's priority without also reading the real jobs.
+                if share.in_share_preemption:
+                    lowest = lowest_priority[key] = min(placed.on_demand[key].values())
+                jobs.append(self.placeholder(share.id, instance_type, placed.usage[key], lowest))
+        return ReducedSnapshotJobs(
+            jobs=jobs,
+            shares=shares,
+            capacity=capacity,
+            last_taken=last_taken,
+            usage=placed.usage,
+            lowest_priority=lowest_priority,
+        )
+
+    def bound(self, first: Job, alike: int, room, placed: PlacedJobs, groups: RunnableGroups) -> int | None:
+        """How many jobs of groups like `first`'s a pass that preempts nobody is given (None: stuck). It
+        depends only on the share's usage and invariant B's sum on the entries' types (or a plan's usage),
+        so it is kept while those stay as they were (under STRICT_FIFO, when a share's queue is one group of
+        any lists, it is worked out every pass)."""
+        stamp = None
+        if not groups.strict_fifo:
+            share_id = first.share_id
+            stamp = tuple(
+                placed.plan_usage.get(entry.training_plan, 0)
+                if entry.training_plan is not None
+                else (
+                    placed.committed.get(entry.instance_type, 0),
+                    placed.usage.get((share_id, entry.instance_type), 0),
+                )
+                for entry in first.entries
+            )
+            known = self._bounds.get(alike)
+            if known is not None and known[0] == stamp:
+                return known[1]
+        take = (
+            None
+            if self.stuck(first, room, placed.usage)
+            else 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
+        )
+        if stamp is not None:
+            self._bounds[alike] = (stamp, take)
+        return take
+
+    def live_groups(
+        self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups
+    ) -> Iterator[Group]:
+        """The groups not held at their share's ceiling (point 2). Whether a group is held changes only with
+        its share's usage, so each share's answer is kept until its usage or its groups change."""
+        for share_id, of_share in groups.of_share.items():
+            stamp = (placed.generation.get(share_id, 0), groups.generation[share_id])
+            known = self._live.get(share_id)
+            if known is None or known[0] != stamp:
+                live = [
+                    group
+                    for group in of_share.values()
+                    if not self.held_at_ceiling(unfinished[group.members[0][1]], placed.usage)
+                ]
+                known = self._live[share_id] = (stamp, live)
+            yield from known[1]
+
+    def fold_idle_shares(
+        self, active: set[int], placed: PlacedJobs
+    ) -> tuple[tuple[Share, ...], dict[str, int]]:
+        """Point 5: the shares the engine is given, and each type's capacity once the others are folded."""
+        kept = tuple(
+            share
+            for share in self.in_id_order
+            if share.id in active or placed.over_limit.get(share.id) or not self.foldable[share.id]
+        )
+        capacity = {
+            instance_type: total - placed.committed.get(instance_type, 0)
+            for instance_type, total in self.capacity.items()
+        }
+        usage = placed.usage
+        for share in kept:
+            share_id = share.id
+            reserved = self._reserved[share_id]
+            for instance_type, kept_back in reserved.items():
+                capacity[instance_type] += max(usage.get((share_id, instance_type), 0), kept_back)
+            for instance_type in placed.types_of.get(share_id, ()):
+                if instance_type not in reserved and instance_type in capacity:
+                    capacity[instance_type] += usage[share_id, instance_type]
+        return kept, capacity
+
+    def most_placed(self, first: Job, room, *, strict_fifo: bool) -> int:
+        """How many jobs of `first`'s group a pass that preempts nobody can place at most. A group is one
+        preference list, so per entry its room over its count; under STRICT_FIFO it is a whole share queue of
+        any lists, and each placement takes at least one instance of the room on some type or plan."""
+        if not strict_fifo:
+            return sum(room(first.share_id, entry) // entry.instance_count for entry in first.entries)
+        on_demand = sum(room(first.share_id, Entry(instance_type, 1)) for instance_type in self.capacity)
+        on_plans = sum(room(first.share_id, Entry("", 1, plan)) for plan in self.plan_counts)
+        return on_demand + on_plans
+
+    def room_in(self, placed: PlacedJobs):
+        """room(share, entry): at most the instances the share can still place on the entry in a pass that
+        preempts nobody; each placement on the entry takes at least its count from it."""
+        rooms: dict[tuple[int, str, str | None], int] = {}
+
+        def room(share_id: int, entry: Entry) -> int:
+            key = (share_id, entry.instance_type, entry.training_plan)
+            found = rooms.get(key)
+            if found is None:
+                found = rooms[key] = max(0, self._room(share_id, entry, placed))
+            return found
+
+        return room
+
+    def _room(self, share_id: int, entry: Entry, placed: PlacedJobs) -> int:
+        if entry.training_plan is not None:
+            return self.plan_counts.get(entry.training_plan, 0) - placed.plan_usage.get(
+                entry.training_plan, 0
+            )
+        share = self.shares[share_id]
+        instance_type = entry.instance_type
+        used = placed.usage.get((share_id, instance_type), 0)
+        limit = share.limits.get(instance_type, 0)
+        reserved = reserved_capacity(share, limit)
+        # Invariant B: placing within a RESERVE share's own limit commits nothing more.
+        lendable = (
+            self.capacity.get(instance_type, 0)
+            - placed.committed.get(instance_type, 0)
+            + max(0, reserved - used)
+        )
+        ceiling = share_ceiling(share, limit)
+        return lendable if ceiling is None else min(lendable, ceiling - used)
+
+    def jobs_for_preemption(
+        self,
+        *,
+        unfinished: Mapping[int, Job],
+        placed: PlacedJobs,
+        groups: RunnableGroups,
+        due: set[int],
+        leave_out_stuck: bool,
+        split: bool = True,
+        borrowing: frozenset[tuple[int, str]] = frozenset(),
+        cut_groups: bool = True,
+    ) -> PreemptingSnapshot:
+        """A pass that preempts (point 3): the jobs, the (share, type) holdings given as placeholders, and
+        the groups left out as stuck, with what `preemption_verdict` needs to know that they stayed stuck."""
+        included = set(due)
+        room = self.room_in(placed)
+        stuck: list[tuple[int, tuple[Entry, ...], tuple[int, ...]]] = []
+        # alike -> whether such a group is held, stuck, or cut short (with how many to give), or None
+        kinds: dict[int, tuple[str, int] | None] = {}
+        cut_short: list[tuple[int, tuple[Entry, ...], int]] = []
+        for group in groups.all():
+            members = group.members
+            alike = group.alike
+            if alike in kinds:
+                kind = kinds[alike]
+            else:
+                first = unfinished[members[0][1]]
+                kind = kinds[alike] = self._preempting_kind(
+                    first, alike, room, placed, groups, leave_out_stuck=leave_out_stuck, cut_groups=cut_groups
+                )
+                if kind is not None and kind[0] == _STUCK:
+                    rooms = tuple(room(first.share_id, entry) for entry in first.entries)
+                    stuck.append((first.share_id, first.entries, rooms))
+            if kind is None:
+                included.update(job_id for _, job_id in members)
+            elif kind[0] == _SHORT:
+                last = self._take_first(members, kind[1], due, included)
+                if last is not None:
+                    first = unfinished[members[0][1]]
+                    cut_short.append((first.share_id, first.entries, last))
+        jobs = [unfinished[job_id] for job_id in included]
+        jobs.extend(unfinished[job_id] for job_id in placed.on_plans)
+        shares, capacity = self.fold_idle_shares({job.share_id for job in jobs}, placed)
+        # Point 3: reclaimed holdings are cut to the front of their type's reclaim order, unless an in-share
+        # victim could be looked for after reclaim (which would come after the placeholders).
+        cut = split and not any(share.in_share_preemption for share in shares)
+        summed: set[tuple[int, str]] = set()
+        reclaimed: dict[str, list[tuple[int, str]]] = {}  # type -> holdings over their limit
+        for share in shares:
+            for instance_type in placed.types_of.get(share.id, ()):
+                key = (share.id, instance_type)
+                over = placed.usage[key] > share.limits.get(instance_type, 0) or key in borrowing
+                if share.in_share_preemption or (over and not cut):
+                    jobs.extend(unfinished[job_id] for job_id in placed.on_demand[key])
+                elif over:
+                    reclaimed.setdefault(instance_type, []).append(key)
+                else:
+                    summed.add(key)
+                    jobs.append(self.placeholder(share.id, instance_type, placed.usage[key], 0))
+        split_ids: set[int] = set()
+        if reclaimed:
+            reach = self.reclaim_reach(jobs, shares, placed, reclaimed)
+            for instance_type, keys in reclaimed.items():
+                front = self.reclaim_front(
+                    instance_type, keys, reach.get(instance_type, 0), unfinished, placed, split_ids
+                )
+                jobs.extend(front)
+        return PreemptingSnapshot(
+            jobs=jobs,
+            shares=shares,
+            capacity=capacity,
+            summed=summed,
+            stuck=stuck,
+            usage=placed.usage,
+            split_ids=split_ids,
+            cut_short=cut_short,
+        )
+
+    def _preempting_kind(
+        self,
+        first: Job,
+        alike: int,
+        room,
+        placed: PlacedJobs,
+        groups: RunnableGroups,
+        *,
+        leave_out_stuck: bool,
+        cut_groups: bool,
+    ) -> tuple[str, int] | None:
+        """How a pass that preempts is given the groups like `first`'s: left out as held at their ceiling
+        (RESERVE or LEND) or stuck, cut short to their first jobs, or (None) whole."""
+        if self.shares[first.share_id].strategy != Strategy.LEND_AND_BORROW and self.held_at_ceiling(
+            first, placed.usage
+        ):
+            return (_HELD, 0)
+        take = self.bound(first, alike, room, placed, groups)  # None: stuck, and then at most 0 placed
+        if take is None and leave_out_stuck:
+            return (_STUCK, 0)
+        if cut_groups and not groups.strict_fifo and self.cannot_reclaim(first, placed.usage):
+            return (_SHORT, 1 if take is None else take)
+        return None
+
+    @staticmethod
+    def _take_first(members, take: int, due: set[int], included: set[int]) -> int | None:
+        """Add the first `take` members not due to time out; the id of the last one when some are left."""
+        taken = 0
+        last = None
+        for _, job_id in members:
+            if job_id in due:
+                continue
+            if taken == take:
+                return last
+            included.add(job_id)
+            taken += 1
+            last = job_id
+        return None
+
+    def cannot_reclaim(self, job: Job, usage: Mapping[tuple[int, str], int]) -> bool:
+        """No job of this group can preempt at the start of the pass: every entry is on demand and would leave
+        its share above its own limit, and the share has no in-share preemption."""
+        share = self.shares[job.share_id]
+        if share.in_share_preemption:
+            return False
+        for entry in job.entries:
+            if entry.training_plan is not None:
+                return False
+            used = usage.get((share.id, entry.instance_type), 0)
+            if used + entry.instance_count <= share.limits.get(entry.instance_type, 0):
+                return False
+        return True
+
+    def reclaim_reach(
+        self,
+        jobs: list[Job],
+        shares: tuple[Share, ...],
+        placed: PlacedJobs,
+        reclaimed: Mapping[str, list[tuple[int, str]]],
+    ) -> dict[str, int]:
+        """Per reclaimed type, how many instances the pass's reclaim is expected to need at most: a share
+        reclaims only to end within its own limit, so at most its room under that limit, and at most what
+        its jobs of the pass ask for on the type."""
+        asked: dict[tuple[int, str], int] = {}
+        for job in jobs:
+            for entry in job.entries:
+                if entry.training_plan is None and entry.instance_type in reclaimed:
+                    key = (job.share_id, entry.instance_type)
+                    asked[key] = asked.get(key, 0) + entry.instance_count
+        reach: dict[str, int] = {}
+        for (share_id, instance_type), count in asked.items():
+            room = self.shares[share_id].limits.get(instance_type, 0) - placed.usage.get(
+                (share_id, instance_type), 0
+            )
+            if room > 0:
+                reach[instance_type] = reach.get(instance_type, 0) + min(room, count)
+        return reach
+
+    def reclaim_front(
+        self,
+        instance_type: str,
+        keys: list[tuple[int, str]],
+        reach: int,
+        unfinished: Mapping[int, Job],
+        placed: PlacedJobs,
+        split_ids: set[int],
+    ) -> list[Job]:
+        """The real jobs of the holdings over their limit on the type that come first in the engine's reclaim
+        order, until they offer `reach` instances to reclaim (a share's jobs count while what is taken from it
+        leaves it over its limit), and per holding one placeholder for the rest, after all of them in that
+        order (point 3)."""
+        front: list[Job] = []
+        taken: dict[tuple[int, str], int] = {key: 0 for key in keys}
+        over = {key: placed.usage[key] - self.shares[key[0]].limits.get(instance_type, 0) for key in keys}
+        offered = 0
+        if reach > 0:
+            orders = [self._in_order(placed.in_victim_order[key], key) for key in keys]
+            for _, job_id, count, key in heapq.merge(*orders):
+                front.append(unfinished[job_id])
+                if taken[key] < over[key]:
+                    offered += count
+                taken[key] += count
+                if offered >= reach:
+                    break
+        # After every real job of the type's reclaimed holdings in reclaim order: a higher priority.
+        last = 1 + max(placed.in_victim_order[key][-1][0][0] for key in keys)
+        for key in keys:
+            rest = placed.usage[key] - taken[key]
+            if rest:
+                placeholder = self.placeholder(key[0], instance_type, rest, last)
+                split_ids.add(placeholder.id)
+                front.append(placeholder)
+        return front
+
+    @staticmethod
+    def _in_order(in_order, key):
+        for victim, job_id, count in in_order:
+            yield victim, job_id, count, key
+
+    def preemption_verdict(
+        self, decisions: Decisions, preempting: PreemptingSnapshot
+    ) -> tuple[str, set[tuple[int, str]]]:
+        """EXACT unless a placeholder was named (CUT when it stood for a reclaimed holding's rest: the pass is
+        run again with its real jobs), a summed holding went over its limit, so reclaimable (BORROWED, with
+        those holdings: the pass is run again with them as reclaimed holdings), or a group left out as stuck
+        may have come unstuck (STUCK)."""
+        named = [p.job_id for p in decisions.preemptions if p.job_id < 0]
+        if preempting.split_ids and (
+            any(job_id in preempting.split_ids for job_id in named)
+            or any(p.kind == PreemptionKind.LIMIT_REDUCED for p in decisions.preemptions)
+        ):
+            return CUT, set()
+        borrowed = {
+            (admission.share_id, admission.instance_type)
+            for admission in decisions.admissions
+            if admission.training_plan is None
+            and admission.borrowed
+            and (admission.share_id, admission.instance_type) in preempting.summed
+        }
+        if borrowed:
+            return BORROWED, borrowed
+        if named or any(d.job_id < 0 for d in decisions.drains):
+            return WHOLE, set()
+        if not preempting.stuck and not preempting.cut_short:
+            return EXACT, set()
+        freed, taken = self.released(decisions)
+        if preempting.stuck and not self.stayed_stuck(preempting, freed, taken):
+            return STUCK, set()
+        if preempting.cut_short and not self.stayed_short(decisions, preempting, freed, taken):
+            return GROUPS, set()
+        return EXACT, set()
+
+    def released(self, decisions: Decisions) -> tuple[dict[str, int], dict[tuple[int, str], int]]:
+        """What a pass that preempts freed per type beyond its preemptors' placements (see `stayed_stuck`),
+        and the instances it took from each (share, type)."""
+        placed = {admission.job_id: admission for admission in decisions.admissions}
+        released: dict[int | None, dict[str, int]] = {}  # preemptor -> type -> instances of its victims
+        taken: dict[tuple[int, str], int] = {}
+        for preemption in decisions.preemptions:
+            instance_type = preemption.instance_type
+            by_type = released.setdefault(preemption.preemptor_job_id, {})
+            by_type[instance_type] = by_type.get(instance_type, 0) + preemption.instances
+            key = (preemption.share_id, instance_type)
+            taken[key] = taken.get(key, 0) + preemption.instances
+        freed: dict[str, int] = {}
+        for preemptor, by_type in released.items():
+            admission = placed.get(preemptor) if preemptor is not None else None
+            for instance_type, instances in by_type.items():
+                if (
+                    admission is not None
+                    and admission.training_plan is None
+                    and admission.instance_type == instance_type
+                    and self.shares[admission.share_id].strategy != Strategy.RESERVE
+                ):
+                    instances -= admission.instance_count
+                freed[instance_type] = freed.get(instance_type, 0) + max(0, instances)
+        for drain in decisions.drains:
+            freed[drain.instance_type] = freed.get(drain.instance_type, 0) + drain.instances
+        return freed, taken
+
+    def stayed_stuck(
+        self,
+        preempting: PreemptingSnapshot,
+        freed: Mapping[str, int],
+        taken: Mapping[tuple[int, str], int],
+    ) -> bool:
+        """Point 3: a group stuck when the pass starts (see `stuck`) stays stuck through a pass that preempts
+        when, on each of its entries, its room then plus what the pass freed on the type (plus, under a borrow
+        limit, what it took from the share) is still less than the entry's count, and its share's usage less
+        what the pass took from it still leaves no room under its own limit (reclaim stays out of reach). A
+        release of n instances adds at most n to anybody's room, and a preemptor is placed as soon as its
+        victims are gone, taking its count back unless its share is RESERVE (which may have held that room
+        already), so the lendable room of any moment is at most the room at the start plus, over the
+        preemptions made so far, what their victims freed beyond their preemptor's placement; room under a
+        borrow limit grows only by what is taken from the share. Then no job of the group is placed or
+        preempts at any point of the pass, with or without it in the snapshot, and leaving the group out
+        changes nothing."""
+        for share_id, entries, rooms in preempting.stuck:
+            share = self.shares[share_id]
+            for entry, room in zip(entries, rooms, strict=True):
+                instance_type, count = entry.instance_type, entry.instance_count
+                took = taken.get((share_id, instance_type), 0)
+                limit = share.limits.get(instance_type, 0)
+                under_ceiling = took if share_ceiling(share, limit) is not None else 0
+                if room + freed.get(instance_type, 0) + under_ceiling >= count:
+                    return False
+                if preempting.usage.get((share_id, instance_type), 0) - took + count <= limit:
+                    return False
+        return True
+
+    def stayed_short(
+        self,
+        decisions: Decisions,
+        preempting: PreemptingSnapshot,
+        freed: Mapping[str, int],
+        taken: Mapping[tuple[int, str], int],
+    ) -> bool:
+        """Point 3: a group none of whose jobs can preempt when the pass starts (`cannot_reclaim`) was given
+        only its first jobs, as many as can be placed at most plus one (`most_placed`). It decides what the
+        whole group decides when its last job given was not placed, none of its jobs could preempt through
+        the pass (its share's usage less what the pass took from it still above its own limit on every
+        entry), and its room never grew: nothing was freed on its types beyond what the preemptors took back
+        (see `stayed_stuck`), nor, under a borrow limit, taken from its share. Room then only shrinks while
+        the pass runs, so the jobs after the last one given, tried later, fail as it did, without side
+        effects, and the sweep after the preemptions finds no room for them either."""
+        placed = {admission.job_id for admission in decisions.admissions}
+        for share_id, entries, last in preempting.cut_short:
+            if last in placed:
+                return False
+            share = self.shares[share_id]
+            for entry in entries:
+                instance_type, count = entry.instance_type, entry.instance_count
+                took = taken.get((share_id, instance_type), 0)
+                limit = share.limits.get(instance_type, 0)
+                if freed.get(instance_type, 0) or (took and share_ceiling(share, limit) is not None):
+                    return False
+                if preempting.usage.get((share_id, instance_type), 0) - took + count <= limit:
+                    return False
+        return True
+
+    def held_at_ceiling(self, job: Job, usage: Mapping[tuple[int, str], int]) -> bool:
+        """No job of this group can be placed or preempt in a pass that preempts nobody: every entry is on
+        demand, over the share's ceiling already (usage only grows), and the share has no in-share preemption.
+        Such a job could not reclaim either: reclaim needs the share to end within its own limit."""
+        share = self.shares[job.share_id]
+        if not share.enabled:
+            return True
+        if share.in_share_preemption:
+            return False
+        for entry in job.entries:
+            if entry.training_plan is not None:
+                return False
+            ceiling = share_ceiling(share, share.limits.get(entry.instance_type, 0))
+            if (
+                ceiling is None
+                or usage.get((share.id, entry.instance_type), 0) + entry.instance_count <= ceiling
+            ):
+                return False
+        return True
+
+    def stuck(self, job: Job, room, usage: Mapping[tuple[int, str], int]) -> bool:
+        """No job of this group can be placed or preempt in a pass that preempts nobody: every entry is on
+        demand, has no room now (room only shrinks), and would leave the share above its own limit (its usage
+        only grows), so reclaim cannot help; and the share has no in-share preemption. `held_at_ceiling` is
+        the case that depends on the share's usage alone."""
+        share = self.shares[job.share_id]
+        if share.in_share_preemption:
+            return False
+        for entry in job.entries:
+            if entry.training_plan is not None:
+                return False
+            instance_type, count = entry.instance_type, entry.instance_count
+            if room(share.id, entry) >= count:
+                return False
+            if usage.get((share.id, instance_type), 0) + count <= share.limits.get(instance_type, 0):
+                return False
+        return True
+
+    def verdict(
+        self,
+        decisions: Decisions,
+        reduced: ReducedSnapshotJobs,
+        *,
+        unfinished: Mapping[int, Job],
+        groups: RunnableGroups,
+    ) -> tuple[bool, dict[GroupKey, int] | None]:
+        """(exact, takes): exact when the decisions are those of the whole snapshot; else the groups to widen,
+        or None to run the whole snapshot."""
+        if decisions.preemptions or any(drain.job_id < 0 for drain in decisions.drains):
+            return False, None
+        if not reduced.last_taken:
+            return True, {}
+        placed_now = {admission.job_id for admission in decisions.admissions}
+        usage_after = dict(reduced.usage)
+        admitted_by_share: dict[int, list[tuple[tuple, str, int]]] = {}
+        for admission in decisions.admissions:
+            if admission.training_plan is None:
+                key = (admission.share_id, admission.instance_type)
+                usage_after[key] = usage_after.get(key, 0) + admission.instance_count
+                admitted_by_share.setdefault(admission.share_id, []).append(
+                    (
+                        queue_key(unfinished[admission.job_id]),
+                        admission.instance_type,
+                        admission.instance_count,
+                    )
+                )
+        reclaimable_types = {
+            instance_type
+            for (share_id, instance_type), used in usage_after.items()
+            if used > self.shares[share_id].limits.get(instance_type, 0)
+            and reduced.usage.get((share_id, instance_type), 0) > 0
+        }
+        widen: dict[GroupKey, int] = {}
+        for key, last_id in reduced.last_taken.items():
+            share_id = key[0]
+            share = self.shares[share_id]
+            if not share.enabled:
+                continue
+            members = groups.groups[key]
+            if last_id in placed_now:
+                taken = 1 + next(i for i, (_, job_id) in enumerate(members) if job_id == last_id)
+                widen[key] = taken * GROWTH
+                continue
+            if groups.strict_fifo:
+                continue
+            last = unfinished[last_id]
+            if self._later_could_preempt(
+                last,
+                share,
+                reclaimable_types,
+                reduced.usage,
+                admitted_by_share.get(share_id, ()),
+                reduced.lowest_priority,
+            ):
+                widen[key] = len(members)
+        return (not widen), widen
+
+    @staticmethod
+    def _later_could_preempt(
+        last, share, reclaimable_types, usage_before, admitted, in_share_priorities
+    ) -> bool:
+        """Could a job of `last`'s group tried after it preempt anyone (see the module docstring, point 2)?"""
+        position = queue_key(last)
+        for entry in last.entries:
+            if entry.training_plan is not None:
+                continue
+            instance_type = entry.instance_type
+            lowest = in_share_priorities.get((share.id, instance_type))
+            if share.in_share_preemption and lowest is not None and lowest < last.priority:
+                return True
+            if instance_type in reclaimable_types:
+                used = usage_before.get((share.id, instance_type), 0) + sum(
+                    count for key, type_, count in admitted if type_ == instance_type and key < position
+                )
+                if used + entry.instance_count <= share.limits.get(instance_type, 0):
+                    return True
+        return False
+
+
+def same_decisions(left: Decisions, right: Decisions) -> str | None:
+    """None when two passes decided the same; else what differs (for `verify_shortcuts`)."""
+    views = (
+        (
+            "admissions",
+            lambda d: [
+                (a.job_id, a.entry_index, a.instance_type, a.instance_count, a.training_plan, a.borrowed)
+                for a in d.admissions
+            ],
+        ),
+        ("preemptions", lambda d: [(p.job_id, p.kind, p.preemptor_job_id, p.fails) for p in d.preemptions]),
+        ("drains", lambda d: [d_.job_id for d_ in d.drains]),
+        ("timeouts", lambda d: sorted(t.job_id for t in d.timeouts)),
+    )
+    for name, view in views:
+        if view(left) != view(right):
+            return f"{name}: {view(left)} != {view(right)}"
+    return None

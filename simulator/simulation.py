@@ -1,0 +1,885 @@
+"""The discrete-event replay: jobs arrive, passes of the unchanged engine place and preempt them, jobs finish.
+
+Virtual time only, no database. Events are job arrivals, completions and cancellations, training plan
+boundaries, pending-timeout deadlines and pass ticks. Passes run on a clock (every `pass_interval` seconds
+from `start`, or at the given `pass_times`); whatever happened since the last pass is seen by the next one,
+which is how the live system batches a burst of submissions into the pass that follows.
+
+After each pass its decisions are applied exactly as `scheduling.passes.snapshot.decisions_write` writes them: drains
+first, then preemptions, timeouts and admissions. An admitted job is RUNNING at once (plus `startup_seconds`,
+like the simulated executor) and completes `duration` seconds later; a preempted or drained job goes back to
+RUNNABLE keeping its submission time, and its work is thrown away: it restarts from zero when placed again.
+
+A pass is skipped only when it provably decides nothing: the previous pass decided nothing and no event has
+happened since. The engine reads `now` only for plan windows and pending timeouts, and both are events here,
+so such a pass would see the same snapshot and make the same (empty) decisions. `shortcuts` extends this to
+events nobody waiting can use, and gives the engine smaller snapshots that lead to the same decisions. Pass
+indexes stay those of the clock, so the record of a replay is the record of a live system passing at every
+tick.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time as wallclock
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from engine import (
+    Decisions,
+    Entry,
+    Job,
+    JobStatus,
+    Ordering,
+    Placement,
+    Plan,
+    Share,
+    Snapshot,
+    Strategy,
+    schedule,
+)
+
+from .config import MAX_PREFERENCES, Configuration, entry_problem, validate
+from .invariants import InvariantViolation, PassChecker
+from .meter import UsageMeter
+from .shortcuts import (
+    BORROWED,
+    CUT,
+    EXACT,
+    GROUPS,
+    MAX_ATTEMPTS,
+    PlacedJobs,
+    ReducedSnapshot,
+    Reducer,
+    RunnableGroups,
+    same_decisions,
+    saturation_key,
+)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ScheduleFunction = Callable[[Snapshot], Decisions]
+
+
+def to_datetime(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """`share` names its quota share; `duration` is its run time once placed (None: forever)."""
+
+    id: int
+    share: str
+    submitted_at: float
+    entries: tuple[Entry, ...]
+    duration: float | None
+    priority: int = 0
+    max_pending_seconds: int | None = None
+    preemption_retries_before_termination: int | None = None
+    cancelled_at: float | None = None
+    gpus: int = 0  # GPUs the job asked for, as the trace says (0: not known)
+
+
+class Kind:
+    """What a record says happened; the names of the live system's events and status reasons."""
+
+    ADMITTED = "ADMITTED"
+    PREEMPTED_RECLAIM = "PREEMPTED_RECLAIM"
+    PREEMPTED_IN_SHARE = "PREEMPTED_IN_SHARE"
+    PREEMPTED_LIMIT_REDUCED = "PREEMPTED_LIMIT_REDUCED"
+    PLAN_EXPIRING = "PLAN_EXPIRING"
+    PENDING_TIMEOUT = "PENDING_TIMEOUT"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decision of one pass; `pass_index` counts the clock's ticks from 0, skipped ones too."""
+
+    pass_index: int
+    time: float
+    kind: str
+    job_id: int
+    share: str
+    instance_type: str | None = None
+    instance_count: int | None = None
+    training_plan: str | None = None
+    entry_index: int | None = None
+    borrowed: int = 0
+    preemptor_job_id: int | None = None
+    fails: bool = False
+
+
+class Status:
+    RUNNABLE = "RUNNABLE"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    REJECTED = "REJECTED"
+    NOT_ARRIVED = "NOT_ARRIVED"
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """What became of one job by the end of the replay."""
+
+    job: SimJob
+    status: str = Status.NOT_ARRIVED
+    reason: str = ""
+    first_placed_at: float | None = None
+    finished_at: float | None = None
+    preemptions: int = 0
+    drains: int = 0
+    lost_gpu_seconds: float = 0.0  # work thrown away by preemptions
+    drained_gpu_seconds: float = 0.0  # work thrown away by plan drains
+    # the current attempt: (instance type, count, plan, placed at), and its number for stale completions
+    placement: tuple[str, int, str | None, float] | None = None
+    attempt: int = 0
+    runnable_since: float = 0.0
+
+    @property
+    def wait_seconds(self) -> float | None:
+        """First placement minus arrival."""
+        return None if self.first_placed_at is None else self.first_placed_at - self.job.submitted_at
+
+
+@dataclass
+class ReplayStats:
+    """How the replay spent its time: passes on the clock, run (reduced or whole), skipped, and seconds."""
+
+    passes_on_clock: int = 0
+    passes_run: int = 0
+    passes_reduced: int = 0
+    passes_preempting: int = 0
+    passes_whole: int = 0
+    reduced_retries: int = 0
+    # why a pass that preempts was run again: verdicts of `Reducer.preemption_verdict` other than EXACT
+    preempting_retries: dict[str, int] = field(default_factory=dict)
+    passes_skipped_after_events: int = 0
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    engine_seconds: float = 0.0
+    # seconds deciding passes (engine and reduction, retries included) by how the pass was decided:
+    # "reduced" (shortcuts 1, 2), "preempting" (shortcut 3) or "whole"
+    seconds_by_pass: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    configuration: Configuration
+    start: float
+    end: float
+    records: list[Record]
+    outcomes: dict[int, JobOutcome]
+    meter: UsageMeter
+    share_ids: dict[str, int]
+    stats: ReplayStats
+    unknown_shares: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def jobs(self) -> int:
+        return len(self.outcomes)
+
+
+class PassClock:
+    """When passes run: every `interval` seconds from `origin`, or at the given times."""
+
+    def __init__(self, *, origin: float, interval: float | None = None, times: Sequence[float] | None = None):
+        if times is not None:
+            self.times: list[float] | None = sorted(times)
+        else:
+            if interval is None or interval <= 0:
+                raise ValueError("the pass interval must be positive")
+            self.times = None
+        self.origin = origin
+        self.interval = interval
+
+    def at(self, index: int) -> float | None:
+        if self.times is not None:
+            return self.times[index] if index < len(self.times) else None
+        return self.origin + index * self.interval
+
+    def first_index(self, moment: float, *, strictly_after: bool = False) -> int:
+        """The first pass at or after `moment` (strictly after, when asked)."""
+        if self.times is not None:
+            return (bisect_right if strictly_after else bisect_left)(self.times, moment)
+        ticks = (moment - self.origin) / self.interval
+        index = math.floor(ticks) + 1 if strictly_after else math.ceil(ticks)
+        return max(0, index)
+
+
+class Simulation:
+    """One replay of `jobs` against one configuration. Use `simulate`."""
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        jobs: Sequence[SimJob],
+        *,
+        start: float | None,
+        end: float | None,
+        pass_interval: float,
+        pass_times: Sequence[float] | None,
+        check: bool,
+        schedule_function: ScheduleFunction,
+        startup_seconds: float,
+        progress: Callable[[float], None] | None,
+        shortcuts: bool,
+        verify_shortcuts: bool,
+    ):
+        self.config = validate(configuration)
+        self.schedule = schedule_function
+        self.startup = startup_seconds
+        self.progress = progress
+        self.shortcuts = shortcuts
+        self.verify = verify_shortcuts
+        self.share_ids = {share.name: configuration.share_id(share.name) for share in configuration.shares}
+        self.share_configs = {share.name: share for share in configuration.shares}
+        self.shares = tuple(
+            Share(
+                id=self.share_ids[s.name],
+                name=s.name,
+                strategy=s.strategy,
+                limits=dict(s.limits),
+                borrow_limit=s.borrow_limit,
+                in_share_preemption=s.in_share_preemption,
+                enabled=s.enabled,
+            )
+            for s in configuration.shares
+        )
+        self.share_by_id = {share.id: share for share in self.shares}
+        self.plans = tuple(
+            Plan(
+                id=i + 1,
+                name=p.name,
+                instance_type=p.instance_type,
+                instance_count=p.instance_count,
+                start_time=to_datetime(p.start),
+                end_time=to_datetime(p.end),
+                share_ids=frozenset(self.share_ids[name] for name in p.shares),
+            )
+            for i, p in enumerate(configuration.plans)
+        )
+        self.capacity = dict(configuration.capacity)
+        self.arrivals = sorted(jobs, key=lambda job: (job.submitted_at, job.id))
+        if len({job.id for job in self.arrivals}) != len(self.arrivals):
+            raise ValueError("job ids must be unique")
+        if any(job.id <= 0 for job in self.arrivals):
+            raise ValueError("job ids must be positive")
+        first = self.arrivals[0].submitted_at if self.arrivals else 0.0
+        self.start = first if start is None else start
+        self.end = end
+        if pass_times is not None:
+            self.clock = PassClock(origin=self.start, times=pass_times)
+        else:
+            self.clock = PassClock(origin=self.start, interval=pass_interval)
+        self.outcomes: dict[int, JobOutcome] = {job.id: JobOutcome(job=job) for job in self.arrivals}
+        self.next_arrival = 0
+        self.cancels = sorted(
+            (job.cancelled_at, job.id) for job in self.arrivals if job.cancelled_at is not None
+        )
+        self.next_cancel = 0
+        self.completions: list[tuple[float, int, int]] = []  # (time, job id, attempt)
+        self.wakes: list[tuple[float, bool]] = []  # (time, only a pass strictly after sees it)
+        for plan in configuration.plans:
+            for boundary in (plan.start, plan.end - configuration.plan_drain_seconds, plan.end):
+                heapq.heappush(self.wakes, (boundary, False))
+        self.records: list[Record] = []
+        self.unknown_shares: dict[str, int] = {}
+        # What the next snapshot holds (by job id), indexed for the shortcuts.
+        self.unfinished: dict[int, Job] = {}
+        self.groups = RunnableGroups(strict_fifo=configuration.ordering == Ordering.STRICT_FIFO)
+        self.placed = PlacedJobs(self.share_by_id)
+        self.timeout_watch: set[int] = set()
+        self.waiting: dict[tuple, int] = {}  # saturation key -> RUNNABLE jobs
+        self.waiting_on_type: dict[str, set[tuple]] = {}
+        self.waiting_on_plan: dict[str, set[tuple]] = {}
+        self.saturated: set[tuple] = set()
+        self.needs_pass = False
+        self.reducer = Reducer(shares=self.share_by_id, capacity=self.capacity, plans=self.plans, epoch=EPOCH)
+        self.stats = ReplayStats()
+        self.meter = UsageMeter(
+            share_ids=[share.id for share in self.shares],
+            capacity=self.capacity,
+            limits={share.id: share.limits for share in self.shares},
+            strategies={share.id: share.strategy for share in self.shares},
+            gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
+            start=self.start,
+        )
+        self.checker = PassChecker(configuration) if check else None
+
+    def _all_types(self) -> set[str]:
+        types = set(self.capacity)
+        for job in self.arrivals:
+            types.update(entry.instance_type for entry in job.entries)
+        types.update(plan.instance_type for plan in self.config.plans)
+        return types
+
+    # --- the loop ----------------------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        started, cpu_started = wallclock.perf_counter(), wallclock.process_time()
+        stats = self.stats
+        last_index = -1
+        decided = False
+        last_time = self.start
+        span = (self.end - self.start) if self.end is not None else None
+        while True:
+            if decided:
+                index = last_index + 1
+            else:
+                upcoming = self._next_event()
+                if upcoming is None:
+                    break
+                moment, strictly_after = upcoming
+                index = max(last_index + 1, self.clock.first_index(moment, strictly_after=strictly_after))
+            now = self.clock.at(index)
+            if now is None or (self.end is not None and now >= self.end):
+                break
+            self._events_until(now)
+            last_index, last_time = index, now
+            if not decided and not self.needs_pass and self.shortcuts:
+                stats.passes_skipped_after_events += 1
+                if self.verify:
+                    self._verify_nothing_to_decide(index, now)
+                continue
+            tick = wallclock.perf_counter()
+            preempting, whole = stats.passes_preempting, stats.passes_whole
+            decisions = self._decide(index, now)
+            spent = wallclock.perf_counter() - tick
+            stats.engine_seconds += spent
+            kind = (
+                "whole"
+                if stats.passes_whole > whole
+                else "preempting"
+                if stats.passes_preempting > preempting
+                else "reduced"
+            )
+            stats.seconds_by_pass[kind] = stats.seconds_by_pass.get(kind, 0.0) + spent
+            stats.passes_run += 1
+            decided = self._apply(decisions, index, now)
+            if not decided or (self.shortcuts and self._settled(decisions)):
+                if decided and self.verify:
+                    self._verify_nothing_to_decide(index, now)
+                decided = False
+                self.saturated = set(self.waiting)
+                self.needs_pass = False
+            if self.progress is not None and stats.passes_run % 250 == 0:
+                done = (now - self.start) / span if span else self.next_arrival / max(1, len(self.arrivals))
+                self.progress(min(1.0, done))
+        finish = self.end if self.end is not None else max(last_time, self._last_finish())
+        self._events_until(finish)
+        self.meter.advance(finish)
+        if self.progress is not None:
+            self.progress(1.0)
+        stats.passes_on_clock = self.clock.first_index(finish) if self.end is not None else last_index + 1
+        stats.wall_seconds = wallclock.perf_counter() - started
+        stats.cpu_seconds = wallclock.process_time() - cpu_started
+        return Result(
+            configuration=self.config,
+            start=self.start,
+            end=finish,
+            records=self.records,
+            outcomes=self.outcomes,
+            meter=self.meter,
+            share_ids=self.share_ids,
+            stats=stats,
+            unknown_shares=self.unknown_shares,
+        )
+
+    def _next_event(self) -> tuple[float, bool] | None:
+        """The earliest thing that may change what a pass decides, and whether only a later pass sees it."""
+        candidates: list[tuple[float, bool]] = []
+        if self.next_arrival < len(self.arrivals):
+            candidates.append((self.arrivals[self.next_arrival].submitted_at, False))
+        self._drop_stale_completions()
+        if self.completions:
+            candidates.append((self.completions[0][0], False))
+        if self.next_cancel < len(self.cancels):
+            candidates.append((self.cancels[self.next_cancel][0], False))
+        if self.wakes:
+            candidates.append(self.wakes[0])
+        return min(candidates) if candidates else None
+
+    def _drop_stale_completions(self) -> None:
+        """Completions of attempts that were preempted, drained or cancelled never happen."""
+        completions = self.completions
+        while completions:
+            _, job_id, attempt = completions[0]
+            outcome = self.outcomes[job_id]
+            if outcome.status == Status.RUNNING and outcome.attempt == attempt:
+                return
+            heapq.heappop(completions)
+
+    def _last_finish(self) -> float:
+        return max(
+            (o.finished_at for o in self.outcomes.values() if o.finished_at is not None), default=self.start
+        )
+
+    def _events_until(self, now: float, *, arrivals: bool = True) -> None:
+        """Apply, in time order, the completions, cancellations and arrivals at or before `now`."""
+        while True:
+            self._drop_stale_completions()
+            candidates = []
+            if self.completions and self.completions[0][0] <= now:
+                candidates.append((self.completions[0][0], 0))
+            if self.next_cancel < len(self.cancels) and self.cancels[self.next_cancel][0] <= now:
+                candidates.append((self.cancels[self.next_cancel][0], 1))
+            if (
+                arrivals
+                and self.next_arrival < len(self.arrivals)
+                and self.arrivals[self.next_arrival].submitted_at <= now
+            ):
+                candidates.append((self.arrivals[self.next_arrival].submitted_at, 2))
+            if not candidates:
+                break
+            moment, which = min(candidates)
+            if which == 0:
+                _, job_id, _ = heapq.heappop(self.completions)
+                self._stop(self.outcomes[job_id], moment, Status.SUCCEEDED, "completed")
+            elif which == 1:
+                _, job_id = self.cancels[self.next_cancel]
+                self.next_cancel += 1
+                self._cancel(self.outcomes[job_id], moment)
+            else:
+                self._arrive(self.arrivals[self.next_arrival])
+                self.next_arrival += 1
+        wakes = self.wakes
+        while wakes and (wakes[0][0] < now or (wakes[0][0] == now and not wakes[0][1])):
+            heapq.heappop(wakes)
+            self.needs_pass = True
+
+    # --- jobs --------------------------------------------------------------------------------------------
+
+    def _arrive(self, job: SimJob) -> None:
+        """Submission, validated as the live system validates it (SPEC 4)."""
+        outcome = self.outcomes[job.id]
+        if outcome.status != Status.NOT_ARRIVED:  # cancelled before it arrived
+            return
+        problem = self._submission_problem(job)
+        if problem is not None:
+            outcome.status, outcome.reason = Status.REJECTED, problem
+            return
+        outcome.status = Status.RUNNABLE
+        outcome.runnable_since = job.submitted_at
+        engine_job = self._runnable_job(outcome)
+        self._enqueue(engine_job)
+        if saturation_key(engine_job) not in self.saturated:
+            self.needs_pass = True
+
+    def _submission_problem(self, job: SimJob) -> str | None:
+        share = self.share_configs.get(job.share)
+        if share is None:
+            self.unknown_shares[job.share] = self.unknown_shares.get(job.share, 0) + 1
+            return f"no quota share named {job.share} in configuration {self.config.name}"
+        if not share.enabled:
+            return f"share {share.name} is disabled and accepts no jobs"
+        if not 1 <= len(job.entries) <= MAX_PREFERENCES:
+            return f"{len(job.entries)} preference entries; 1 to {MAX_PREFERENCES} are allowed"
+        if len({(e.instance_type, e.training_plan) for e in job.entries}) != len(job.entries):
+            return "a (type, plan) pair is repeated in the preference list"
+        for entry in job.entries:
+            problem = entry_problem(self.config, share, entry, job.submitted_at)
+            if problem is not None:
+                return f"an entry could never run: {problem}"
+        return None
+
+    def _cancel(self, outcome: JobOutcome, at: float) -> None:
+        if outcome.status == Status.NOT_ARRIVED:
+            outcome.status, outcome.reason, outcome.finished_at = (
+                Status.CANCELLED,
+                "cancelled before submission",
+                at,
+            )
+        elif outcome.status in (Status.RUNNABLE, Status.RUNNING):
+            if outcome.status == Status.RUNNABLE and self.groups.strict_fifo:
+                self.needs_pass = True  # it may have held its share's queue
+            self._stop(outcome, at, Status.CANCELLED, "cancelled")
+
+    def _runnable_job(self, outcome: JobOutcome) -> Job:
+        job = outcome.job
+        return Job(
+            id=job.id,
+            share_id=self.share_ids[job.share],
+            priority=job.priority,
+            submitted_at=to_datetime(job.submitted_at),
+            entries=job.entries,
+            runnable_since=to_datetime(outcome.runnable_since),
+            max_pending_seconds=job.max_pending_seconds,
+            preemption_count=outcome.preemptions,
+            preemption_retries_before_termination=job.preemption_retries_before_termination,
+        )
+
+    def _enqueue(self, job: Job) -> None:
+        """`job` is RUNNABLE: in the next snapshot, its group and the watches."""
+        self.unfinished[job.id] = job
+        self.groups.add(job)
+        key = saturation_key(job)
+        count = self.waiting.get(key, 0)
+        self.waiting[key] = count + 1
+        if not count:
+            for entry in job.entries:
+                index = self.waiting_on_plan if entry.training_plan else self.waiting_on_type
+                index.setdefault(entry.training_plan or entry.instance_type, set()).add(key)
+        if job.max_pending_seconds is not None:
+            self.timeout_watch.add(job.id)
+            heapq.heappush(self.wakes, (job.runnable_since.timestamp() + job.max_pending_seconds, True))
+
+    def _dequeue(self, job: Job) -> None:
+        self.groups.remove(job)
+        key = saturation_key(job)
+        count = self.waiting[key] - 1
+        if count:
+            self.waiting[key] = count
+        else:
+            del self.waiting[key]
+            for entry in job.entries:
+                index = self.waiting_on_plan if entry.training_plan else self.waiting_on_type
+                index[entry.training_plan or entry.instance_type].discard(key)
+        self.timeout_watch.discard(job.id)
+
+    def _release(self, outcome: JobOutcome, at: float) -> float:
+        """Free the job's capacity at `at`; returns the GPU-seconds its attempt ran."""
+        job = self.unfinished[outcome.job.id]
+        self.placed.remove(job)
+        instance_type, count, plan, placed_at = outcome.placement
+        self.meter.change(at, job.share_id, instance_type, plan, -count)
+        if self.checker is not None:
+            self.checker.release(outcome.job.share, instance_type, plan, count)
+        outcome.placement = None
+        ran = max(0.0, at - placed_at - self.startup)
+        return ran * count * self.config.gpus_of(instance_type)
+
+    def _release_matters(self, instance_type: str, plan: str | None) -> bool:
+        """Could capacity freed on this type (or plan) let a waiting job fit or preempt (shortcut 4)?"""
+        if plan is not None:
+            return bool(self.waiting_on_plan.get(plan))
+        for share_id, entries, _ in self.waiting_on_type.get(instance_type, ()):
+            share = self.share_by_id[share_id]
+            if not share.enabled:
+                continue
+            if share.strategy == Strategy.LEND_AND_BORROW or share.in_share_preemption:
+                return True
+            room = share.limits.get(instance_type, 0) - self.placed.usage.get((share_id, instance_type), 0)
+            if any(
+                e.training_plan is None and e.instance_type == instance_type and e.instance_count <= room
+                for e in entries
+            ):
+                return True
+        return False
+
+    def _stop(self, outcome: JobOutcome, at: float, status: str, reason: str) -> None:
+        job = self.unfinished.get(outcome.job.id)
+        if outcome.placement is not None:
+            instance_type, _, plan, _ = outcome.placement
+            self._release(outcome, at)
+            if not self.needs_pass and self._release_matters(instance_type, plan):
+                self.needs_pass = True
+        elif job is not None:
+            self._dequeue(job)
+        outcome.status, outcome.reason, outcome.finished_at = status, reason, at
+        self.unfinished.pop(outcome.job.id, None)
+
+    def _back_to_queue(self, outcome: JobOutcome, now: float) -> None:
+        outcome.status = Status.RUNNABLE
+        outcome.runnable_since = now
+        self._enqueue(self._runnable_job(outcome))
+
+    # --- a pass ------------------------------------------------------------------------------------------
+
+    def _snapshot(self, now: float, jobs, reduced: ReducedSnapshot | None = None) -> Snapshot:
+        return Snapshot(
+            now=to_datetime(now),
+            capacity=self.capacity if reduced is None else reduced.capacity,
+            shares=self.shares if reduced is None else reduced.shares,
+            jobs=tuple(jobs),
+            plans=self.plans,
+            ordering=self.config.ordering,
+            plan_drain_seconds=self.config.plan_drain_seconds,
+        )
+
+    def _decide(self, index: int, now: float) -> Decisions:
+        """The engine's decisions for the whole queue: on a reduced snapshot when provably the same."""
+        decisions = self._decide_reduced(now) if self.shortcuts else None
+        if decisions is None:
+            self.stats.passes_whole += 1
+            decisions = self.schedule(self._snapshot(now, self.unfinished.values()))
+        elif self.verify:
+            whole = self.schedule(self._snapshot(now, self.unfinished.values()))
+            difference = same_decisions(decisions, whole)
+            if difference is not None:
+                raise AssertionError(f"shortcut changed pass {index} at {now}: {difference}")
+        return decisions
+
+    def _decide_reduced(self, now: float) -> Decisions | None:
+        """Shortcuts 1-3 of `simulator.shortcuts`; None when only the whole snapshot will do."""
+        moment = to_datetime(now)
+        due = {job_id for job_id in self.timeout_watch if pending_too_long(self.unfinished[job_id], moment)}
+        takes: dict = {}
+        for _ in range(MAX_ATTEMPTS):
+            reduced = self.reducer.jobs(
+                unfinished=self.unfinished, placed=self.placed, groups=self.groups, due=due, takes=takes
+            )
+            decisions = self.schedule(self._snapshot(now, reduced.jobs, reduced))
+            exact, widen = self.reducer.verdict(
+                decisions, reduced, unfinished=self.unfinished, groups=self.groups
+            )
+            if exact:
+                self.stats.passes_reduced += 1
+                return decisions
+            self.stats.reduced_retries += 1
+            if widen is None:
+                break
+            takes.update(widen)
+        else:
+            return None
+        leave_out_stuck, split, borrowing, cut_groups = True, True, frozenset(), True
+        while True:
+            preempting = self.reducer.jobs_for_preemption(
+                unfinished=self.unfinished,
+                placed=self.placed,
+                groups=self.groups,
+                due=due,
+                leave_out_stuck=leave_out_stuck,
+                split=split,
+                borrowing=borrowing,
+                cut_groups=cut_groups,
+            )
+            decisions = self.schedule(self._snapshot(now, preempting.jobs, preempting))
+            verdict, borrowed = self.reducer.preemption_verdict(decisions, preempting)
+            if verdict == EXACT:
+                self.stats.passes_preempting += 1
+                return decisions
+            retries = self.stats.preempting_retries
+            retries[verdict] = retries.get(verdict, 0) + 1
+            if verdict == CUT:
+                split = False
+            elif verdict == BORROWED:
+                borrowing |= borrowed
+            elif verdict == GROUPS:
+                cut_groups = False
+            elif preempting.stuck:  # STUCK, or WHOLE with stuck groups left out: first run it with them
+                leave_out_stuck = False
+            else:
+                return None
+            self.stats.reduced_retries += 1
+
+    def _verify_nothing_to_decide(self, index: int, now: float) -> None:
+        decisions = self.schedule(self._snapshot(now, self.unfinished.values()))
+        if decisions.admissions or decisions.preemptions or decisions.drains or decisions.timeouts:
+            raise AssertionError(
+                f"shortcut skipped pass {index} at {now}, which decides "
+                f"{len(decisions.admissions)} admissions, {len(decisions.preemptions)} preemptions"
+            )
+
+    def _apply(self, decisions: Decisions, index: int, now: float) -> bool:
+        """Write one pass's decisions in the live system's order; True when the pass decided anything."""
+        records = self.records
+        for drain in decisions.drains:
+            outcome = self._placed_outcome(drain.job_id, "drain", index)
+            instance_type, count, plan, _ = outcome.placement
+            outcome.drained_gpu_seconds += self._release(outcome, now)
+            outcome.drains += 1
+            records.append(
+                Record(
+                    index,
+                    now,
+                    Kind.PLAN_EXPIRING,
+                    drain.job_id,
+                    outcome.job.share,
+                    instance_type,
+                    count,
+                    plan,
+                )
+            )
+            self._back_to_queue(outcome, now)
+        for preemption in decisions.preemptions:
+            outcome = self._placed_outcome(preemption.job_id, "preemption", index)
+            instance_type, count, plan, _ = outcome.placement
+            outcome.lost_gpu_seconds += self._release(outcome, now)
+            outcome.preemptions += 1
+            records.append(
+                Record(
+                    index,
+                    now,
+                    preemption.kind.value,
+                    preemption.job_id,
+                    outcome.job.share,
+                    instance_type,
+                    count,
+                    plan,
+                    preemptor_job_id=preemption.preemptor_job_id,
+                    fails=preemption.fails,
+                )
+            )
+            if preemption.fails:
+                outcome.status, outcome.reason, outcome.finished_at = (
+                    Status.FAILED,
+                    "PREEMPTION_RETRIES_EXHAUSTED",
+                    now,
+                )
+                del self.unfinished[preemption.job_id]
+            else:
+                self._back_to_queue(outcome, now)
+        for timeout in decisions.timeouts:
+            outcome = self.outcomes.get(timeout.job_id)
+            if outcome is None or outcome.status != Status.RUNNABLE:
+                raise InvariantViolation(
+                    f"pass {index}: timeout of job {timeout.job_id}, which is not RUNNABLE"
+                )
+            records.append(Record(index, now, Kind.PENDING_TIMEOUT, timeout.job_id, outcome.job.share))
+            self._stop(outcome, now, Status.FAILED, "PENDING_TIMEOUT")
+        for admission in decisions.admissions:
+            self._admit(admission, index, now)
+        if self.checker is not None:
+            self.checker.check(
+                index=index, now=now, plans=self.config.plans, drain_seconds=self.config.plan_drain_seconds
+            )
+        return bool(decisions.admissions or decisions.preemptions or decisions.drains or decisions.timeouts)
+
+    def _admit(self, admission, index: int, now: float) -> None:
+        outcome = self.outcomes.get(admission.job_id)
+        if outcome is None or outcome.status != Status.RUNNABLE:
+            raise InvariantViolation(
+                f"pass {index}: admission of job {admission.job_id}, which is not RUNNABLE"
+            )
+        job = outcome.job
+        chosen = Entry(admission.instance_type, admission.instance_count, admission.training_plan)
+        if not 0 <= admission.entry_index < len(job.entries) or job.entries[admission.entry_index] != chosen:
+            raise InvariantViolation(
+                f"pass {index}: job {job.id} admitted on {admission.instance_type} "
+                f"x{admission.instance_count}, "
+                f"which is not its entry {admission.entry_index}"
+            )
+        waiting = self.unfinished[job.id]
+        self._dequeue(waiting)
+        outcome.placement = (admission.instance_type, admission.instance_count, admission.training_plan, now)
+        outcome.status = Status.RUNNING
+        outcome.attempt += 1
+        if outcome.first_placed_at is None:
+            outcome.first_placed_at = now
+        self.unfinished[job.id] = placed = replace(
+            waiting,
+            status=JobStatus.RUNNING,
+            placement=Placement(
+                admission.instance_type, admission.instance_count, admission.training_plan, to_datetime(now)
+            ),
+        )
+        self.placed.add(placed)
+        self.meter.change(
+            now, waiting.share_id, admission.instance_type, admission.training_plan, admission.instance_count
+        )
+        if self.checker is not None:
+            self.checker.hold(
+                job.share, admission.instance_type, admission.training_plan, admission.instance_count
+            )
+        if job.duration is not None:
+            heapq.heappush(self.completions, (now + self.startup + job.duration, job.id, outcome.attempt))
+        self.records.append(
+            Record(
+                index,
+                now,
+                Kind.ADMITTED,
+                job.id,
+                job.share,
+                admission.instance_type,
+                admission.instance_count,
+                admission.training_plan,
+                admission.entry_index,
+                admission.borrowed,
+            )
+        )
+
+    def _settled(self, decisions: Decisions) -> bool:
+        """Would the next pass decide nothing if nothing happened before it (shortcut 3)?
+
+        After a pass that preempted nobody, nobody waiting fits without preemption, and a job that could not
+        preempt when it was tried cannot now with the victims it could see then. The next pass differs only in
+        that the jobs placed in this one are victims: a job of lower priority, for the in-share preemption of
+        its share's waiting jobs; a borrower's job, for reclaim by a waiting job whose share has room for it
+        under its own limit (a borrower's jobs placed before are reclaimable too once it borrows). A timeout
+        under STRICT_FIFO may unblock its share's queue.
+        """
+        if decisions.preemptions or (decisions.timeouts and self.groups.strict_fifo):
+            return False
+        borrowed_types = set()
+        for admission in decisions.admissions:
+            if admission.training_plan is not None:
+                continue
+            if admission.borrowed:
+                borrowed_types.add(admission.instance_type)
+            if self.share_by_id[admission.share_id].in_share_preemption:
+                priority = self.unfinished[admission.job_id].priority
+                for share_id, _, waiting_priority in self.waiting_on_type.get(admission.instance_type, ()):
+                    if share_id == admission.share_id and waiting_priority > priority:
+                        return False
+        for instance_type in borrowed_types:
+            for share_id, entries, _ in self.waiting_on_type.get(instance_type, ()):
+                share = self.share_by_id[share_id]
+                if not share.enabled:
+                    continue
+                if share.in_share_preemption:
+                    return False
+                room = share.limits.get(instance_type, 0) - self.placed.usage.get(
+                    (share_id, instance_type), 0
+                )
+                if any(
+                    e.training_plan is None and e.instance_type == instance_type and e.instance_count <= room
+                    for e in entries
+                ):
+                    return False
+        return True
+
+    def _placed_outcome(self, job_id: int, what: str, index: int) -> JobOutcome:
+        outcome = self.outcomes.get(job_id)
+        if outcome is None or outcome.placement is None:
+            raise InvariantViolation(f"pass {index}: {what} of job {job_id}, which holds no capacity")
+        return outcome
+
+
+def pending_too_long(job: Job, now: datetime) -> bool:
+    """The engine's PENDING_TIMEOUT rule on the same datetimes: the replay knows which jobs it will fail."""
+    return now - (job.runnable_since or job.submitted_at) > timedelta(seconds=job.max_pending_seconds)
+
+
+def simulate(
+    configuration: Configuration,
+    jobs: Sequence[SimJob],
+    *,
+    start: float | None = None,
+    end: float | None = None,
+    pass_interval: float = 30.0,
+    pass_times: Sequence[float] | None = None,
+    check: bool = False,
+    schedule_function: ScheduleFunction = schedule,
+    startup_seconds: float = 0.0,
+    progress: Callable[[float], None] | None = None,
+    shortcuts: bool = True,
+    verify_shortcuts: bool = False,
+) -> Result:
+    """Replay `jobs` against `configuration` and return every decision applied, per-job outcomes and usage.
+
+    Passes run every `pass_interval` seconds from `start` (default: the first arrival), or exactly at
+    `pass_times` when given (to replay the passes a live system made). With `end`, the replay stops there
+    (usage is measured up to it); without, it runs until nothing is left to happen. `check` verifies SPEC
+    section 2 after every pass and raises `InvariantViolation` at the first breach. `shortcuts` (see
+    `simulator.shortcuts`) make passes cheaper without changing their decisions;
+    `verify_shortcuts` proves it as it goes by also running every pass on the whole snapshot.
+    """
+    return Simulation(
+        configuration,
+        jobs,
+        start=start,
+        end=end,
+        pass_interval=pass_interval,
+        pass_times=pass_times,
+        check=check,
+        schedule_function=schedule_function,
+        startup_seconds=startup_seconds,
+        progress=progress,
+        shortcuts=shortcuts,
+        verify_shortcuts=verify_shortcuts,
+    ).run()

@@ -1,0 +1,1 @@
+"""Benchmark one scheduling pass on the configured database: `python -m tools.bench_pass --help`."""

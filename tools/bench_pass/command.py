@@ -1,0 +1,222 @@
+"""Benchmark one scheduling pass on the configured database. Prints figures; asserts nothing about time.
+
+It writes a seeded synthetic queue (`engine.synthetic`) into the database under a `bench-` prefix,
+measures, and deletes it again. Figures, each the median of --repeat runs:
+- engine: `schedule()` alone on the loaded snapshot;
+- floor: the pass's own 8 reads executed raw (rows fetched, no model or dataclass built): reading the same
+  rows once, which no pass can beat;
+- pass: the whole pass (lock, load, engine, bulk writes, pass record), rolled back after each run so every run
+  decides on the same state, taking turns with the engine and the floor; then "steady" passes after the first
+  one has committed, when most reasons stand (each rolled back too);
+- queries: the SQL statements of one pass, at the full size and at a tenth of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+import engine
+from engine import synthetic
+from scheduling import services
+from scheduling.models import (
+    EnvironmentCapacity,
+    InstanceType,
+    Job,
+    JobAttempt,
+    JobPreference,
+    JobQueue,
+    QuotaShare,
+    ServiceEnvironment,
+    ShareCapacityLimit,
+    Team,
+    TrainingPlan,
+)
+from scheduling.passes import snapshot
+from tools.guard import require_scratch_database
+
+PREFIX = "bench-"
+
+
+class _Rollback(Exception):
+    pass
+
+
+class Command(BaseCommand):
+    help = "Time one scheduling pass (engine, full pass, floor, query count) on a synthetic busy queue."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--runnable", type=int, default=10_000)
+        parser.add_argument("--placed", type=int, default=2_000)
+        parser.add_argument("--shares", type=int, default=20)
+        parser.add_argument("--types", type=int, default=5)
+        parser.add_argument("--repeat", type=int, default=7)
+        parser.add_argument("--seed", type=int, default=7)
+
+    def handle(self, *args, runnable, placed, shares, types, repeat, seed, **options):
+        if not 1 <= shares <= 20 or not 1 <= types <= 8 or runnable < 1 or placed < 0 or repeat < 1:
+            raise CommandError("need 1 <= --shares <= 20, 1 <= --types <= 8, --runnable >= 1, --placed >= 0, "
+                               "--repeat >= 1")
+        require_scratch_database()
+        # A line per decision would bury the figures.
+        logging.getLogger("quotaportal.scheduling").setLevel(logging.WARNING)
+        self.stdout.write(f"database: {connection.vendor}; {runnable} RUNNABLE + {placed} placed jobs, "
+                          f"{shares} shares, {types} types, median of {repeat}")
+        bench_cleanup()
+        try:
+            small = self.measure(runnable=max(1, runnable // 10), placed=placed // 10, shares=shares, types=types,
+                                 repeat=1, seed=seed)
+            bench_cleanup()
+            full = self.measure(runnable=runnable, placed=placed, shares=shares, types=types, repeat=repeat,
+                                seed=seed)
+        finally:
+            bench_cleanup()
+        rows = [
+            ("engine decision time", f"{full['engine_s']:.3f} s"),
+            ("floor: read the same rows once", f"{full['floor_s']:.3f} s"),
+            ("full pass (first, writes every reason)", f"{full['pass_s']:.3f} s  = {full['pass_s'] / full['floor_s']:.2f}x floor"),
+            ("full pass (steady, after one pass)", f"{full['steady_s']:.3f} s  = {full['steady_s'] / full['floor_s']:.2f}x floor"),
+            ("decisions", f"{full['admitted']} admitted, {full['preempted']} preempted, {full['pending']} pending"),
+            ("SQL queries per pass", f"{full['queries']} at {runnable + placed} jobs, "
+                                     f"{small['queries']} at {small['jobs']} jobs"),
+        ]
+        width = max(len(label) for label, _ in rows)
+        for label, value in rows:
+            self.stdout.write(f"  {label.ljust(width)}  {value}")
+
+    def measure(self, *, runnable, placed, shares, types, repeat, seed) -> dict:
+        snap = synthetic.build_synthetic_snapshot(runnable=runnable, placed=placed, shares=shares, types=types,
+                                                  seed=seed)
+        queue = materialize(snap)
+        loaded, _ = snapshot.snapshot_load(job_queue=queue, now=timezone.now())
+        engine_times, floor_times, pass_times = [], [], []
+        queries = 0
+        # Engine, floor and pass take turns, so a slow spell of a shared machine weighs on all three alike.
+        for _ in range(repeat):
+            started = time.perf_counter()
+            decisions = engine.schedule(loaded)
+            engine_times.append(time.perf_counter() - started)
+            floor_times.append(read_floor(queue))
+            try:
+                with transaction.atomic():
+                    with CaptureQueriesContext(connection) as captured:
+                        started = time.perf_counter()
+                        services.queue_pass_run(job_queue_id=queue.pk, trigger="bench")
+                        pass_times.append(time.perf_counter() - started)
+                    queries = len(captured)
+                    raise _Rollback
+            except _Rollback:
+                pass
+        services.queue_pass_run(job_queue_id=queue.pk, trigger="bench")  # committed: the next ones are steady
+        steady_times = []
+        for _ in range(repeat):
+            try:
+                with transaction.atomic():
+                    started = time.perf_counter()
+                    services.queue_pass_run(job_queue_id=queue.pk, trigger="bench")
+                    steady_times.append(time.perf_counter() - started)
+                    raise _Rollback
+            except _Rollback:
+                pass
+        return {
+            "jobs": runnable + placed, "engine_s": statistics.median(engine_times),
+            "floor_s": statistics.median(floor_times), "pass_s": statistics.median(pass_times),
+            "steady_s": statistics.median(steady_times),
+            "queries": queries, "admitted": len(decisions.admissions), "preempted": len(decisions.preemptions),
+            "pending": len(decisions.pending),
+        }
+
+
+def read_floor(queue: JobQueue) -> float:
+    """Seconds to run the pass's reads raw and fetch every row."""
+    querysets = snapshot.snapshot_querysets(job_queue=queue)
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        for queryset in querysets.values():
+            sql, params = queryset.query.sql_with_params()
+            cursor.execute(sql, params)
+            cursor.fetchall()
+    return time.perf_counter() - started
+
+
+@transaction.atomic
+def materialize(snap: engine.Snapshot) -> JobQueue:
+    """Write a synthetic snapshot as database rows, its times shifted to now."""
+    shift = timezone.now() - snap.now
+    types = {name: InstanceType.objects.get_or_create(name=name, defaults={"gpu_count": 8})[0]
+             for name in snap.capacity}
+    environment = ServiceEnvironment.objects.create(name=f"{PREFIX}env", executor="external")
+    EnvironmentCapacity.objects.bulk_create([
+        EnvironmentCapacity(service_environment=environment, instance_type=types[name], max_capacity=n)
+        for name, n in snap.capacity.items()])
+    queue = JobQueue.objects.create(name=f"{PREFIX}queue", service_environment=environment)
+    team = Team.objects.create(name=f"{PREFIX}team", slug=f"{PREFIX}team")
+    share_ids = {}
+    for share in snap.shares:
+        row = QuotaShare.objects.create(
+            name=share.name, job_queue=queue, team=team, strategy=share.strategy.value,
+            borrow_limit=share.borrow_limit, in_share_preemption=share.in_share_preemption)
+        share_ids[share.id] = row.pk
+        ShareCapacityLimit.objects.bulk_create([
+            ShareCapacityLimit(quota_share=row, instance_type=types[t], max_capacity=n)
+            for t, n in share.limits.items()])
+    plans = {}
+    for plan in snap.plans:
+        row = TrainingPlan.objects.create(
+            name=f"{PREFIX}{plan.name}", job_queue=queue, instance_type=types[plan.instance_type],
+            instance_count=plan.instance_count, start_time=plan.start_time + shift, end_time=plan.end_time + shift)
+        row.quota_shares.set([share_ids[s] for s in plan.share_ids])
+        plans[plan.name] = row
+    jobs = Job.objects.bulk_create([
+        Job(name=f"job-{job.id}", job_queue=queue, quota_share_id=share_ids[job.share_id], team=team,
+            scheduling_priority=job.priority, created_at=job.submitted_at + shift,
+            runnable_since=(job.runnable_since or job.submitted_at) + shift, status=job.status.value,
+            max_pending_seconds=job.max_pending_seconds, preemption_count=job.preemption_count,
+            **placement_fields(job, types, plans, shift))
+        for job in snap.jobs
+    ], batch_size=1000)
+    JobPreference.objects.bulk_create([
+        JobPreference(job_id=row.pk, position=i, instance_type=types[entry.instance_type],
+                      instance_count=entry.instance_count,
+                      training_plan=plans[entry.training_plan] if entry.training_plan else None)
+        for job, row in zip(snap.jobs, jobs, strict=True) for i, entry in enumerate(job.entries)
+    ], batch_size=2000)
+    JobAttempt.objects.bulk_create([
+        JobAttempt(job_id=row.pk, instance_type_id=row.selected_instance_type_id,
+                   instance_count=row.selected_instance_count, training_plan_id=row.selected_training_plan_id,
+                   scheduled_at=row.scheduled_at)
+        for row in jobs if row.scheduled_at is not None
+    ], batch_size=2000)
+    return queue
+
+
+def placement_fields(job: engine.Job, types, plans, shift: timedelta) -> dict:
+    if job.placement is None:
+        return {}
+    placement = job.placement
+    return {
+        "selected_instance_type": types[placement.instance_type],
+        "selected_instance_count": placement.instance_count,
+        "selected_training_plan": plans[placement.training_plan] if placement.training_plan else None,
+        "scheduled_at": placement.scheduled_at + shift,
+    }
+
+
+def bench_cleanup() -> None:
+    """Remove every row a benchmark wrote (a run that was interrupted included)."""
+    with transaction.atomic():
+        queues = JobQueue.objects.filter(name__startswith=PREFIX)
+        Job.objects.filter(job_queue__in=queues).delete()
+        TrainingPlan.objects.filter(job_queue__in=queues).delete()
+        QuotaShare.objects.filter(job_queue__in=queues).delete()
+        environments = list(queues.values_list("service_environment_id", flat=True))
+        queues.delete()
+        ServiceEnvironment.objects.filter(pk__in=environments).delete()
+        Team.objects.filter(slug__startswith=PREFIX).delete()

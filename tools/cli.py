@@ -1,0 +1,25 @@
+"""Run one of the tools (not the product) as `python -m tools.<name>`: Django set up, then its command."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+
+def run_command(module: str, name: str) -> None:
+    """Set Django up on the environment's settings and run `module.Command` with the process's arguments."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaportal.settings")
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 (reading a setting loads them all)
+    except ImproperlyConfigured as exc:
+        sys.stderr.write(f"quotaportal: configuration error: {exc}\n")
+        sys.exit(2)
+    import django
+
+    django.setup()
+    command = importlib.import_module(module).Command()
+    command.run_from_argv([f"python -m tools.{name}", name, *sys.argv[1:]])
