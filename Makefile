@@ -1,4 +1,4 @@
-# quotaportal: `make run` (set up, seed the demo, start web + worker + beat) and `make test`.
+# quotaportal: `make run` (set up, seed the demo, start web + worker + beat), `make lint` and `make test`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -32,7 +32,15 @@ run: seed
 	@echo ""
 	PATH="$(CURDIR)/$(BIN):$$PATH" DEBUG=$${DEBUG:-1} QUOTAPORTAL_HOST=$(HOST) QUOTAPORTAL_PORT=$(PORT) $(BIN)/honcho start -f Procfile
 
-test: install
+# One style and the arrows between the packages (pyproject.toml): every check runs, then any failure fails.
+lint: install
+	@status=0; \
+	$(BIN)/ruff check . || status=1; \
+	$(BIN)/ruff format --check . || status=1; \
+	$(BIN)/lint-imports || status=1; \
+	exit $$status
+
+test: lint
 	@mkdir -p var
 	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -44,4 +52,4 @@ bench: install
 	$(BIN)/python manage.py migrate --noinput && $(BIN)/python -m tools.bench_pass
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .hypothesis
+	rm -rf $(VENV) var .pytest_cache .hypothesis .ruff_cache .import_linter_cache
