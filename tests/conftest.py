@@ -5,6 +5,15 @@ import os
 import pytest
 from django.core.cache import caches
 from django.db import connection
+from hypothesis import settings as hypothesis_settings
+
+# Property tests draw the same examples on every run and every machine (the seed is a hash of the test), so a
+# failure in CI fails the same way on a laptop; the failing example is printed with a @reproduce_failure blob.
+# No example database: with fixed seeds it would only replay what the seed replays already.
+# HYPOTHESIS_PROFILE=explore searches fresh examples each run instead, remembering failures in .hypothesis/.
+hypothesis_settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
+hypothesis_settings.register_profile("explore", derandomize=False, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def pytest_collection_modifyitems(config, items):
