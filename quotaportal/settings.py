@@ -5,6 +5,7 @@ Defaults are the embedded set-up, which needs no server: SQLite and Celery's fil
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -187,8 +188,9 @@ SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0)
 # Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
 SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1)
 HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)
-# The Microsoft Philly trace (philly.csv, with philly_vc.csv beside it) for `replay` and the what-if page.
-REPLAY_TRACE = envstr("REPLAY_TRACE", str(BASE_DIR.parent / "shared" / "traces" / "philly.csv"))
+# The Microsoft Philly trace (philly.csv, with philly_vc.csv beside it) for `replay` and the what-if page; a
+# relative path is taken from the project's folder, so the default is the shared traces folder beside it.
+REPLAY_TRACE = os.path.normpath(BASE_DIR / envstr("REPLAY_TRACE", "../shared/traces/philly.csv"))
 # A what-if run (two replays) that takes longer than this is stopped and marked FAILED.
 WHATIF_TIME_LIMIT_SECONDS = envint("WHATIF_TIME_LIMIT_SECONDS", 900, minimum=10)
 # When set, /metrics answers only requests with `Authorization: Bearer <METRICS_TOKEN>`.

@@ -1,6 +1,9 @@
 """`manage.py replay` end to end: a Philly slice, configuration files, --scaling, a live queue's history."""
 
+import hashlib
 import json
+import os
+import sys
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
@@ -62,6 +65,52 @@ def test_the_philly_comparison_on_a_slice_prints_tables_and_writes_json_and_char
     ]
     for chart in charts:
         ElementTree.parse(tmp_path / "charts" / chart)  # well-formed SVG
+
+
+def test_the_json_names_the_trace_by_name_and_checksum_and_holds_no_absolute_path(tmp_path, monkeypatch):
+    # Run from tmp_path as `manage.py` would be: the JSON below it is named relatively, the trace elsewhere by
+    # its name alone.
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "--trace",
+        str(DATA / "philly-day.csv"),
+        "--start",
+        "2017-10-17",
+        "--days",
+        "0.02",
+        "--philly-comparison",
+        "--plans",
+        "0",
+        f"--json={tmp_path / 'out' / 'comparison.json'}",
+    ]
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "manage.py"), "replay", *args])
+
+    replay(*args)
+
+    text = (tmp_path / "out" / "comparison.json").read_text()
+    document = json.loads(text)
+    assert document["trace"] == {
+        "name": "philly-day.csv",
+        "sha256": hashlib.sha256((DATA / "philly-day.csv").read_bytes()).hexdigest(),
+    }
+    assert document["vc_file"]["name"] == "philly_vc.csv" and len(document["vc_file"]["sha256"]) == 64
+    assert document["command"] == (
+        "python manage.py replay --trace philly-day.csv --start 2017-10-17 --days 0.02 --philly-comparison "
+        "--plans 0 --json=out/comparison.json"
+    )
+    assert str(tmp_path) not in text and str(DATA) not in text
+
+    def strings(value):
+        if isinstance(value, dict):
+            yield from (s for item in value.items() for s in strings(item))
+        elif isinstance(value, list | tuple):
+            yield from (s for item in value for s in strings(item))
+        elif isinstance(value, str):
+            yield value
+
+    assert not [
+        word for s in strings(document) for word in s.split() if os.path.isabs(word.partition("=")[2] or word)
+    ]
 
 
 def test_configuration_files_are_compared_in_one_run(tmp_path):

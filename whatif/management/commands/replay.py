@@ -10,6 +10,8 @@ this command only reads the database and the files, and prints and writes what i
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -154,13 +156,13 @@ class Command(BaseCommand):
         configs, jobs_for, credit = self.inputs(options, start, end)
         replays = self.replay(configs, jobs_for, start, end, options)
         self.print_report(replays, options, start, end)
+        # The files by name and content, never by where they lay: the JSON is committed, and is the same on
+        # every machine that replays the same trace.
         meta = {
-            "command": " ".join(["python", "manage.py", *sys.argv[1:]])
-            if sys.argv[0].endswith("manage.py")
-            else None,
-            "source": "job history of queue " + options["queue"]
-            if options["history"]
-            else str(self.trace_path(options)),
+            "command": portable_command(sys.argv) if sys.argv[0].endswith("manage.py") else None,
+            "source": "job history of queue " + options["queue"] if options["history"] else "Philly trace",
+            "trace": None if options["history"] else file_identity(self.trace_path(options)),
+            "vc_file": None if options["history"] else file_identity(self.vc_path(options)),
             "credit": credit,
             "window": {
                 "start": start.isoformat() if start else None,
@@ -189,6 +191,9 @@ class Command(BaseCommand):
     def trace_path(self, options) -> Path:
         return options["trace"] or DEFAULT_TRACE
 
+    def vc_path(self, options) -> Path:
+        return options["vc_file"] or self.trace_path(options).with_name("philly_vc.csv")
+
     def inputs(self, options, start, end):
         """(configurations, configuration -> jobs, credit line)."""
         if options["history"]:
@@ -200,7 +205,7 @@ class Command(BaseCommand):
         trace = self.trace_path(options)
         if not trace.exists():
             raise CommandError(f"no trace at {trace}: give --trace PATH")
-        vc_file = options["vc_file"] or trace.with_name("philly_vc.csv")
+        vc_file = self.vc_path(options)
         if not vc_file.exists():
             raise CommandError(f"no VC file at {vc_file}: give --vc-file PATH")
         rows = read_philly(trace)
@@ -412,6 +417,26 @@ class Command(BaseCommand):
 class PhillyContext:
     vcs: dict[str, int]  # VC -> nodes, from philly_vc.csv
     mix: dict[str, dict[str, float]]  # VC -> instance type -> share of its GPU time, over the whole trace
+
+
+def file_identity(path: Path) -> dict[str, str]:
+    """A file by its name and the sha256 of its content."""
+    with path.open("rb") as file:
+        return {"name": path.name, "sha256": hashlib.file_digest(file, "sha256").hexdigest()}
+
+
+def portable_command(argv: list[str]) -> str:
+    """`python manage.py ...` as run, each absolute path made relative to the working directory when below it,
+    else cut to its file name (`file_identity` says which file it was)."""
+
+    def portable(arg: str) -> str:
+        option, equals, value = arg.partition("=") if arg.startswith("--") and "=" in arg else ("", "", arg)
+        if not os.path.isabs(value):
+            return arg
+        relative = os.path.relpath(value)
+        return option + equals + (Path(value).name if relative.startswith("..") else relative)
+
+    return " ".join(["python", "manage.py", *(portable(arg) for arg in argv[1:])])
 
 
 def parse_moment(text: str) -> datetime:
