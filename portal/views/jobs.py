@@ -14,8 +14,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from portal import forms as f
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
-from scheduling import selectors, services
+from scheduling import services
 from scheduling.errors import DomainError, NotAllowed
+from scheduling.selectors import events, jobs
 
 # --- the list -----------------------------------------------------------------------------------------------
 
@@ -25,17 +26,17 @@ from scheduling.errors import DomainError, NotAllowed
 def job_list(request):
     who = viewer(request)
     form = f.JobFilterForm(request.GET or None, viewer=who)
-    filters = selectors.JobFilters()
+    filters = jobs.JobFilters()
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
-        filters = selectors.JobFilters(
+        filters = jobs.JobFilters(
             status=data["status"] or None,
             job_queue_id=data["job_queue"].pk if data["job_queue"] else None,
             share_id=data["quota_share"].pk if data["quota_share"] else None,
             team_id=data["team"].pk if data["team"] else None,
         )
-    jobs = Paginator(selectors.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
-    page_obj = jobs.get_page(request.GET.get("page"))
+    paginator = Paginator(jobs.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
+    page_obj = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     context = {"form": form, "page_obj": page_obj, "query": query.urlencode()}
@@ -138,7 +139,7 @@ def job_new_validate(request):
 
 
 def _visible_job(request, job_id: int):
-    job = selectors.job_for_viewer(viewer=viewer(request), job_id=job_id)
+    job = jobs.job_for_viewer(viewer=viewer(request), job_id=job_id)
     if job is None:
         raise Http404("No such job, or it belongs to another team.")
     return job
@@ -152,7 +153,7 @@ def job_detail(request, job_id: int):
         return render(request, "portal/job_detail.html#job-live", {"job": job})
     context = {
         "job": job,
-        "events": selectors.job_events(viewer=viewer(request), job_id=job.pk),
+        "events": events.job_events(viewer=viewer(request), job_id=job.pk),
         "can_manage": services.job_can_manage(user=request.user, job=job),
         "priority_form": f.PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
         "cancel_form": f.CancelForm(),

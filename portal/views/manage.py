@@ -13,8 +13,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from portal import forms as f
 from portal.views.common import staff_page
-from scheduling import rules, selectors, services
+from scheduling import rules, services
 from scheduling.models import JobQueue, QuotaShare, ServiceEnvironment, TrainingPlan
+from scheduling.selectors import configuration, shares
 
 
 def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object], update: Callable[[], object]):
@@ -35,7 +36,7 @@ def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object
 @require_GET
 @staff_page
 def queue_list(request):
-    return render(request, "portal/manage_queues.html", {"queues": selectors.queues_for_admin()})
+    return render(request, "portal/manage_queues.html", {"queues": configuration.queues_for_admin()})
 
 
 @staff_page
@@ -69,7 +70,7 @@ def queue_edit(request, queue_id: int | None = None):
 @staff_page
 def environment_list(request):
     return render(
-        request, "portal/manage_environments.html", {"environments": selectors.environments_for_admin()}
+        request, "portal/manage_environments.html", {"environments": configuration.environments_for_admin()}
     )
 
 
@@ -113,7 +114,7 @@ def environment_edit(request, environment_id: int | None = None):
 @require_GET
 @staff_page
 def share_list(request):
-    return render(request, "portal/manage_shares.html", {"shares": selectors.shares_for_admin()})
+    return render(request, "portal/manage_shares.html", {"shares": configuration.shares_for_admin()})
 
 
 def _share(share_id: int | None) -> QuotaShare | None:
@@ -149,7 +150,7 @@ def _share_form_context(form: f.QuotaShareForm, share: QuotaShare | None, *, liv
     job_queue = form.job_queue()
     sums = []
     if job_queue is not None:
-        sums = selectors.share_limit_sums(
+        sums = shares.share_limit_sums(
             job_queue=job_queue,
             share_id=share.pk if share else None,
             proposed=form.proposed_limits()
@@ -212,7 +213,7 @@ def share_limits_check(request, share_id: int | None = None):
 @staff_page
 def plan_timeline(request):
     return render(
-        request, "portal/manage_plans.html", {"timeline": selectors.plan_timeline(now=timezone.now())}
+        request, "portal/manage_plans.html", {"timeline": configuration.plan_timeline(now=timezone.now())}
     )
 
 
@@ -221,13 +222,13 @@ def plan_edit(request, plan_id: int | None = None):
     plan = get_object_or_404(TrainingPlan, pk=plan_id) if plan_id else None
     form = f.TrainingPlanForm(request.POST or None, plan=plan)
     if request.method == "POST" and form.is_valid():
-        shares = list(form.cleaned_data["quota_shares"])
+        quota_shares = list(form.cleaned_data["quota_shares"])
         saved = _save(
             request, form, obj=plan, what="training plan", to="manage_plans",
             create=lambda: services.training_plan_create(
-                fields=form.plan_fields(), quota_shares=shares, actor=request.user),
+                fields=form.plan_fields(), quota_shares=quota_shares, actor=request.user),
             update=lambda: services.training_plan_update(
-                plan=plan, changes=form.plan_fields(), quota_shares=shares, actor=request.user),
+                plan=plan, changes=form.plan_fields(), quota_shares=quota_shares, actor=request.user),
         )
         if saved:
             return saved
