@@ -6,7 +6,7 @@ from django.conf import settings
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from portal import forms as f
+from portal.forms.filters import EventFilterForm
 from portal.views.common import page, refresh_seconds, viewer
 from scheduling.selectors import events
 
@@ -16,7 +16,7 @@ from scheduling.selectors import events
 def event_log(request):
     """Newest first; `?after=ID` (the live tail, for htmx) answers only the rows newer than ID, and the
     poller; `?before=ID` is the page of older events (no tail there: new events belong on the first page)."""
-    form = f.EventFilterForm(request.GET or None)
+    form = EventFilterForm(request.GET or None)
     filters = events.EventFilters()
     if form.is_bound and form.is_valid():
         data = form.cleaned_data

@@ -12,7 +12,18 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from portal import forms as f
+from portal.forms.errors import add_submission_errors
+from portal.forms.filters import JobFilterForm
+from portal.forms.jobs import (
+    PREFERENCE_PREFIX,
+    CancelForm,
+    JobForm,
+    PreferenceFormSet,
+    PriorityForm,
+    job_submission,
+    preference_rows,
+    with_preference_rows,
+)
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
 from scheduling import services
 from scheduling.errors import DomainError, NotAllowed
@@ -25,7 +36,7 @@ from scheduling.selectors import events, jobs
 @page
 def job_list(request):
     who = viewer(request)
-    form = f.JobFilterForm(request.GET or None, viewer=who)
+    form = JobFilterForm(request.GET or None, viewer=who)
     filters = jobs.JobFilters()
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
@@ -50,7 +61,7 @@ def job_list(request):
 
 
 def _job_forms(request, data=None):
-    return (f.JobForm(data, user=request.user), f.PreferenceFormSet(data, prefix=f.PREFERENCE_PREFIX))
+    return (JobForm(data, user=request.user), PreferenceFormSet(data, prefix=PREFERENCE_PREFIX))
 
 
 def _render_job_form(request, form, formset, *, validated: bool, status: int = 200) -> HttpResponse:
@@ -64,7 +75,7 @@ def _render_job_form(request, form, formset, *, validated: bool, status: int = 2
 
 def _check_submission(request, form, formset):
     """Validate as `services.job_submit` will, without creating anything; (submission, rows)."""
-    built = f.job_submission(form, formset)
+    built = job_submission(form, formset)
     if built is None:
         return None
     submission, rows = built
@@ -74,7 +85,7 @@ def _check_submission(request, form, formset):
         form.add_error("quota_share", exc.message)
         return None
     except ValidationError as exc:
-        f.add_submission_errors(form, formset, exc, rows)
+        add_submission_errors(form, formset, exc, rows)
         return None
     return submission, rows
 
@@ -97,7 +108,7 @@ def job_new(request):
     try:
         job, created = services.job_submit(user=request.user, submission=submission)
     except ValidationError as exc:  # the rules ran again inside the service, and something changed meanwhile
-        f.add_submission_errors(form, formset, exc, rows)
+        add_submission_errors(form, formset, exc, rows)
         return _render_job_form(request, form, formset, validated=True, status=400)
     except DomainError as exc:
         form.add_error(None, exc.message)
@@ -108,12 +119,12 @@ def job_new(request):
 
 def _rows_changed(data, action: str):
     """The posted data with a preference row added (`add`) or removed (`remove-N`)."""
-    rows = f.preference_rows(data)
+    rows = preference_rows(data)
     if action == "add":
         rows.append({"instance_type": "", "instance_count": "1", "training_plan": ""})
     elif action.startswith("remove-") and action[7:].isdigit() and int(action[7:]) < len(rows):
         del rows[int(action[7:])]
-    return f.with_preference_rows(data, rows)
+    return with_preference_rows(data, rows)
 
 
 @require_POST
@@ -155,8 +166,8 @@ def job_detail(request, job_id: int):
         "job": job,
         "events": events.job_events(viewer=viewer(request), job_id=job.pk),
         "can_manage": services.job_can_manage(user=request.user, job=job),
-        "priority_form": f.PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
-        "cancel_form": f.CancelForm(),
+        "priority_form": PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
+        "cancel_form": CancelForm(),
         "refresh_seconds": refresh_seconds(),
     }
     return render(request, "portal/job_detail.html", context)
@@ -166,7 +177,7 @@ def job_detail(request, job_id: int):
 @page
 def job_cancel(request, job_id: int):
     job = _visible_job(request, job_id)
-    form = f.CancelForm(request.POST)
+    form = CancelForm(request.POST)
     if form.is_valid():
         services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
         messages.success(request, f"Cancelled {job.name}.")
@@ -177,7 +188,7 @@ def job_cancel(request, job_id: int):
 @page
 def job_priority(request, job_id: int):
     job = _visible_job(request, job_id)
-    form = f.PriorityForm(request.POST)
+    form = PriorityForm(request.POST)
     if not form.is_valid():
         for errors in form.errors.values():
             for message in errors:

@@ -11,7 +11,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from portal import forms as f
+from portal.forms.configuration import JobQueueForm, QuotaShareForm, ServiceEnvironmentForm, TrainingPlanForm
+from portal.forms.errors import add_errors, error_dict
 from portal.views.common import staff_page
 from scheduling import rules, services
 from scheduling.models import JobQueue, QuotaShare, ServiceEnvironment, TrainingPlan
@@ -24,7 +25,7 @@ def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object
     try:
         saved = create() if obj is None else update()
     except ValidationError as exc:
-        f.add_errors(form, exc)
+        add_errors(form, exc)
         return None
     messages.success(request, f"{'Created' if obj is None else 'Saved'} {what} {saved}.")
     return redirect(to)
@@ -46,7 +47,7 @@ def queue_edit(request, queue_id: int | None = None):
         if queue_id
         else None
     )
-    form = f.JobQueueForm(request.POST or None, job_queue=queue)
+    form = JobQueueForm(request.POST or None, job_queue=queue)
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=queue, what="queue", to="manage_queues",
@@ -77,7 +78,7 @@ def environment_list(request):
 @staff_page
 def environment_edit(request, environment_id: int | None = None):
     environment = get_object_or_404(ServiceEnvironment, pk=environment_id) if environment_id else None
-    form = f.ServiceEnvironmentForm(request.POST or None, environment=environment)
+    form = ServiceEnvironmentForm(request.POST or None, environment=environment)
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=environment, what="environment", to="manage_environments",
@@ -129,7 +130,7 @@ def _share(share_id: int | None) -> QuotaShare | None:
 @staff_page
 def share_edit(request, share_id: int | None = None):
     share = _share(share_id)
-    form = f.QuotaShareForm(request.POST or None, share=share)
+    form = QuotaShareForm(request.POST or None, share=share)
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=share, what="quota share", to="manage_shares",
@@ -146,7 +147,7 @@ def share_edit(request, share_id: int | None = None):
 LIVE_CHECKED_FIELDS = ("name", "job_queue", "borrow_limit")
 
 
-def _share_form_context(form: f.QuotaShareForm, share: QuotaShare | None, *, live_errors=None) -> dict:
+def _share_form_context(form: QuotaShareForm, share: QuotaShare | None, *, live_errors=None) -> dict:
     job_queue = form.job_queue()
     sums = []
     if job_queue is not None:
@@ -179,7 +180,7 @@ def _share_form_context(form: f.QuotaShareForm, share: QuotaShare | None, *, liv
 def share_limits_check(request, share_id: int | None = None):
     """htmx, as the limits change: their sum against the environment's capacity, and what the rules refuse."""
     share = _share(share_id)
-    form = f.QuotaShareForm(request.POST, share=share)
+    form = QuotaShareForm(request.POST, share=share)
     job_queue = form.job_queue()
     live_errors: dict[str, list[str]] = {}
     if job_queue is not None:
@@ -198,7 +199,7 @@ def share_limits_check(request, share_id: int | None = None):
                 limits=[rules.LimitInput(types[t], n) for t, n in form.proposed_limits().items()],
             )
         except ValidationError as exc:
-            live_errors = f.error_dict(exc)
+            live_errors = error_dict(exc)
     return render(
         request,
         "portal/manage_share_form.html#limit-sums",
@@ -220,7 +221,7 @@ def plan_timeline(request):
 @staff_page
 def plan_edit(request, plan_id: int | None = None):
     plan = get_object_or_404(TrainingPlan, pk=plan_id) if plan_id else None
-    form = f.TrainingPlanForm(request.POST or None, plan=plan)
+    form = TrainingPlanForm(request.POST or None, plan=plan)
     if request.method == "POST" and form.is_valid():
         quota_shares = list(form.cleaned_data["quota_shares"])
         saved = _save(
