@@ -26,25 +26,23 @@ from api.permissions import (
 )
 from api.schema import ApiAutoSchema
 from api.throttling import SubmissionRateThrottle
-from scheduling import selectors, services
+from scheduling import services
 from scheduling.models import (
     PLACED_STATUSES,
     EnvironmentCapacity,
     Event,
     InstanceType,
     Job,
-    JobAttempt,
-    JobPreference,
     JobQueue,
-    JobStatus,
     Membership,
     QuotaShare,
     ServiceEnvironment,
     ShareCapacityLimit,
-    State,
     Team,
     TrainingPlan,
 )
+from scheduling.selectors.jobs import jobs_for_user, jobs_in_full
+from scheduling.selectors.queue import QueueSnapshot, queue_snapshot
 
 SNAPSHOT_JOBS = 100
 
@@ -158,24 +156,15 @@ class JobQueueViewSet(ConfigViewSet):
                    summary="RUNNABLE jobs in order, and per share and type: limit, usage, borrowed, lent")
     @action(detail=True, methods=["get"], serializer_class=s.QueueSnapshotSerializer)
     def snapshot(self, request, pk=None):
-        job_queue = self.get_object()
-        return Response(s.QueueSnapshotSerializer(_queue_snapshot(job_queue)).data)
+        snapshot = queue_snapshot(job_queue=self.get_object(), now=timezone.now(), job_limit=SNAPSHOT_JOBS)
+        return Response(s.QueueSnapshotSerializer(_snapshot_body(snapshot)).data)
 
 
-def _queue_snapshot(job_queue: JobQueue) -> dict:
-    """The queue as a pass would start from it: 10 queries (7 of them selectors.queue_usage)."""
-    usage = selectors.queue_usage(job_queue=job_queue)
-    runnable = Job.objects.filter(job_queue=job_queue, status=JobStatus.RUNNABLE,
-                                  quota_share__state=State.ENABLED)
-    # Each share's queue is ordered by (priority desc, submission, id); the same key interleaves the shares.
-    jobs = list(runnable.select_related("quota_share", "team", "pending")
-                .order_by("-scheduling_priority", "created_at", "id")[:SNAPSHOT_JOBS])
-    team_slugs = dict(Team.objects.filter(pk__in={share.team_id for share in usage.shares})
-                      .values_list("id", "slug"))
+def _snapshot_body(snapshot: QueueSnapshot) -> dict:
     shares = [
         {
-            "id": share.id, "name": share.name, "team": team_slugs[share.team_id], "strategy": share.strategy,
-            "state": share.state, "borrow_limit": share.borrow_limit,
+            "id": share.id, "name": share.name, "team": snapshot.team_slugs[share.team_id],
+            "strategy": share.strategy, "state": share.state, "borrow_limit": share.borrow_limit,
             "in_share_preemption": share.in_share_preemption, "pending": share.pending, "limit": share.limit,
             "usage": share.usage, "borrowed": share.borrowed, "lent": share.lent,
             "instance_types": share.rows,
@@ -184,11 +173,11 @@ def _queue_snapshot(job_queue: JobQueue) -> dict:
             "lends_to": [{"share": borrower, "instance_type": type_, "instances": n}
                          for borrower, type_, n in share.lends_to],
         }
-        for share in usage.shares
+        for share in snapshot.usage.shares
     ]
-    return {"job_queue": job_queue.name, "state": job_queue.state, "taken_at": timezone.now(),
-            "runnable_count": runnable.count(), "jobs": jobs, "shares": shares, "instance_types": usage.types,
-            "plans": usage.plans}
+    return {"job_queue": snapshot.job_queue.name, "state": snapshot.job_queue.state,
+            "taken_at": snapshot.taken_at, "runnable_count": snapshot.runnable_count, "jobs": snapshot.jobs,
+            "shares": shares, "instance_types": snapshot.usage.types, "plans": snapshot.usage.plans}
 
 
 @extend_schema_view(list=extend_schema(summary="Quota shares; ?job_queue=NAME for one queue's"))
@@ -236,17 +225,6 @@ class TrainingPlanViewSet(ConfigViewSet):
 # --- jobs ------------------------------------------------------------------------------------------------
 
 
-def _jobs():
-    return Job.objects.select_related(
-        "job_queue", "quota_share", "team", "submitted_by", "selected_instance_type",
-        "selected_training_plan", "pending",
-    ).prefetch_related(
-        Prefetch("instance_preferences",
-                 queryset=JobPreference.objects.select_related("instance_type", "training_plan")),
-        Prefetch("attempts", queryset=JobAttempt.objects.select_related("instance_type", "training_plan")),
-    )
-
-
 @extend_schema_view(
     list=extend_schema(summary="Jobs of your teams (staff and executor accounts: all jobs)"),
     retrieve=extend_schema(summary="A job of one of your teams"),
@@ -269,13 +247,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator has no user
             return Job.objects.none()
-        jobs = _jobs()
-        if sees_all_jobs(self.request.user):
-            return jobs
-        return jobs.filter(selectors.visible_jobs(user=self.request.user))
+        return jobs_for_user(user=self.request.user, sees_all=sees_all_jobs(self.request.user))
 
     def _job_body(self, job_id: int) -> dict:
-        return s.JobSerializer(_jobs().get(pk=job_id), context=self.get_serializer_context()).data
+        return s.JobSerializer(jobs_in_full().get(pk=job_id), context=self.get_serializer_context()).data
 
     @extend_schema(
         request=s.JobSerializer,

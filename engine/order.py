@@ -6,7 +6,8 @@ import heapq
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from .types import Job
+from .capacity import WorkingState
+from .types import Job, JobStatus, Snapshot
 
 QueueKey = tuple[int, datetime, int]
 HeadKey = tuple[int, int, datetime, int]
@@ -82,3 +83,23 @@ class HeadOrder:
         if key != self._key.get(share_id):
             self._key[share_id] = key
             heapq.heappush(self._heap, (key, share_id))
+
+
+def head_order(snapshot: Snapshot) -> list[Job]:
+    """The RUNNABLE jobs of enabled shares in the order the pass takes them as heads when it places none.
+
+    Each head taken is followed by its share's next job, as after a head that cannot be placed under
+    BEST_EFFORT_FIFO; since nothing is placed or preempted, no share moves between the under-limit and
+    over-limit groups. The snapshot is read as it stands: housekeeping (drains, timeouts, lowered limits) is
+    not applied, and the order is given even when the queue is disabled.
+    """
+    state = WorkingState(snapshot)
+    runnable = [
+        job for job in state.jobs if job.status == JobStatus.RUNNABLE and state.shares[job.share_id].enabled
+    ]
+    heads = HeadOrder(share_queues(runnable), state.share_under_limit)
+    order = []
+    while (job := heads.next_head()) is not None:
+        order.append(job)
+        heads.advance(job.share_id)
+    return order

@@ -13,8 +13,8 @@ from django.db.models import Count, F, Q
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from scheduling import selectors
 from scheduling.models import PREEMPTION_KINDS, Event, EventKind, JobQueue, PassHistogramBucket
+from scheduling.selectors.usage import queue_usage
 
 PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -54,7 +54,7 @@ class QuotaportalCollector(Collector):
         plan_use = GaugeMetricFamily("quotaportal_training_plan_in_use", "Instances in use on a training plan",
                                      labels=["queue", "training_plan", "instance_type"])
         for queue in JobQueue.objects.select_related("service_environment").order_by("name"):
-            summary = selectors.queue_usage(job_queue=queue)
+            summary = queue_usage(job_queue=queue)
             for share in summary.shares:
                 pending.add_metric([queue.name, share.name], share.pending)
                 for row in share.rows:

@@ -7,7 +7,8 @@ import re
 from django import forms
 from django.core.exceptions import ValidationError
 
-from portal.forms import MAX_STORED_INT, DateTimeInput, error_dict
+from portal.forms.errors import error_dict
+from portal.forms.fields import MAX_STORED_INT, DateTimeInput
 from scheduling.models import InstanceType, JobQueue, QuotaShare
 from whatif import services
 from whatif.models import WhatIfRun

@@ -13,8 +13,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render, resolve_url
 from django_htmx.http import HttpResponseClientRedirect
 
-from scheduling import selectors
 from scheduling.errors import DomainError, NotFound
+from scheduling.selectors import visibility
 
 
 def page(view):
@@ -56,10 +56,10 @@ def staff_page(view):
     return page(wrapper)
 
 
-def viewer(request: HttpRequest) -> selectors.Viewer:
+def viewer(request: HttpRequest) -> visibility.Viewer:
     """The request's viewer, read once per request."""
     if not hasattr(request, "_quotaportal_viewer"):
-        request._quotaportal_viewer = selectors.viewer_for(user=request.user)
+        request._quotaportal_viewer = visibility.viewer_for(user=request.user)
     return request._quotaportal_viewer
 
 

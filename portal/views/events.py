@@ -6,9 +6,9 @@ from django.conf import settings
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from portal import forms as f
+from portal.forms.filters import EventFilterForm
 from portal.views.common import page, refresh_seconds, viewer
-from scheduling import selectors
+from scheduling.selectors import events
 
 
 @require_GET
@@ -16,11 +16,11 @@ from scheduling import selectors
 def event_log(request):
     """Newest first; `?after=ID` (the live tail, for htmx) answers only the rows newer than ID, and the
     poller; `?before=ID` is the page of older events (no tail there: new events belong on the first page)."""
-    form = f.EventFilterForm(request.GET or None)
-    filters = selectors.EventFilters()
+    form = EventFilterForm(request.GET or None)
+    filters = events.EventFilters()
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
-        filters = selectors.EventFilters(
+        filters = events.EventFilters(
             kind=data["kind"] or None,
             job_queue_id=data["job_queue"].pk if data["job_queue"] else None,
             share_id=data["quota_share"].pk if data["quota_share"] else None,
@@ -32,7 +32,7 @@ def event_log(request):
     after, before = request.GET.get("after", ""), request.GET.get("before", "")
     tail = bool(request.htmx) and after.isdigit()
     older = not tail and before.isdigit()
-    rows = selectors.event_log(
+    rows = events.event_log(
         viewer=viewer(request),
         filters=filters,
         after_id=int(after) if tail else None,

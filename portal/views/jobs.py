@@ -12,10 +12,22 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from portal import forms as f
+from portal.forms.errors import add_submission_errors
+from portal.forms.filters import JobFilterForm
+from portal.forms.jobs import (
+    PREFERENCE_PREFIX,
+    CancelForm,
+    JobForm,
+    PreferenceFormSet,
+    PriorityForm,
+    job_submission,
+    preference_rows,
+    with_preference_rows,
+)
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
-from scheduling import selectors, services
+from scheduling import services
 from scheduling.errors import DomainError, NotAllowed
+from scheduling.selectors import events, jobs
 
 # --- the list -----------------------------------------------------------------------------------------------
 
@@ -24,18 +36,18 @@ from scheduling.errors import DomainError, NotAllowed
 @page
 def job_list(request):
     who = viewer(request)
-    form = f.JobFilterForm(request.GET or None, viewer=who)
-    filters = selectors.JobFilters()
+    form = JobFilterForm(request.GET or None, viewer=who)
+    filters = jobs.JobFilters()
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
-        filters = selectors.JobFilters(
+        filters = jobs.JobFilters(
             status=data["status"] or None,
             job_queue_id=data["job_queue"].pk if data["job_queue"] else None,
             share_id=data["quota_share"].pk if data["quota_share"] else None,
             team_id=data["team"].pk if data["team"] else None,
         )
-    jobs = Paginator(selectors.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
-    page_obj = jobs.get_page(request.GET.get("page"))
+    paginator = Paginator(jobs.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
+    page_obj = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     context = {"form": form, "page_obj": page_obj, "query": query.urlencode()}
@@ -49,7 +61,7 @@ def job_list(request):
 
 
 def _job_forms(request, data=None):
-    return (f.JobForm(data, user=request.user), f.PreferenceFormSet(data, prefix=f.PREFERENCE_PREFIX))
+    return (JobForm(data, user=request.user), PreferenceFormSet(data, prefix=PREFERENCE_PREFIX))
 
 
 def _render_job_form(request, form, formset, *, validated: bool, status: int = 200) -> HttpResponse:
@@ -63,7 +75,7 @@ def _render_job_form(request, form, formset, *, validated: bool, status: int = 2
 
 def _check_submission(request, form, formset):
     """Validate as `services.job_submit` will, without creating anything; (submission, rows)."""
-    built = f.job_submission(form, formset)
+    built = job_submission(form, formset)
     if built is None:
         return None
     submission, rows = built
@@ -73,7 +85,7 @@ def _check_submission(request, form, formset):
         form.add_error("quota_share", exc.message)
         return None
     except ValidationError as exc:
-        f.add_submission_errors(form, formset, exc, rows)
+        add_submission_errors(form, formset, exc, rows)
         return None
     return submission, rows
 
@@ -96,7 +108,7 @@ def job_new(request):
     try:
         job, created = services.job_submit(user=request.user, submission=submission)
     except ValidationError as exc:  # the rules ran again inside the service, and something changed meanwhile
-        f.add_submission_errors(form, formset, exc, rows)
+        add_submission_errors(form, formset, exc, rows)
         return _render_job_form(request, form, formset, validated=True, status=400)
     except DomainError as exc:
         form.add_error(None, exc.message)
@@ -107,12 +119,12 @@ def job_new(request):
 
 def _rows_changed(data, action: str):
     """The posted data with a preference row added (`add`) or removed (`remove-N`)."""
-    rows = f.preference_rows(data)
+    rows = preference_rows(data)
     if action == "add":
         rows.append({"instance_type": "", "instance_count": "1", "training_plan": ""})
     elif action.startswith("remove-") and action[7:].isdigit() and int(action[7:]) < len(rows):
         del rows[int(action[7:])]
-    return f.with_preference_rows(data, rows)
+    return with_preference_rows(data, rows)
 
 
 @require_POST
@@ -138,7 +150,7 @@ def job_new_validate(request):
 
 
 def _visible_job(request, job_id: int):
-    job = selectors.job_for_viewer(viewer=viewer(request), job_id=job_id)
+    job = jobs.job_for_viewer(viewer=viewer(request), job_id=job_id)
     if job is None:
         raise Http404("No such job, or it belongs to another team.")
     return job
@@ -152,10 +164,10 @@ def job_detail(request, job_id: int):
         return render(request, "portal/job_detail.html#job-live", {"job": job})
     context = {
         "job": job,
-        "events": selectors.job_events(viewer=viewer(request), job_id=job.pk),
+        "events": events.job_events(viewer=viewer(request), job_id=job.pk),
         "can_manage": services.job_can_manage(user=request.user, job=job),
-        "priority_form": f.PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
-        "cancel_form": f.CancelForm(),
+        "priority_form": PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
+        "cancel_form": CancelForm(),
         "refresh_seconds": refresh_seconds(),
     }
     return render(request, "portal/job_detail.html", context)
@@ -165,7 +177,7 @@ def job_detail(request, job_id: int):
 @page
 def job_cancel(request, job_id: int):
     job = _visible_job(request, job_id)
-    form = f.CancelForm(request.POST)
+    form = CancelForm(request.POST)
     if form.is_valid():
         services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
         messages.success(request, f"Cancelled {job.name}.")
@@ -176,7 +188,7 @@ def job_cancel(request, job_id: int):
 @page
 def job_priority(request, job_id: int):
     job = _visible_job(request, job_id)
-    form = f.PriorityForm(request.POST)
+    form = PriorityForm(request.POST)
     if not form.is_valid():
         for errors in form.errors.values():
             for message in errors:

@@ -11,10 +11,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from portal import forms as f
+from portal.forms.configuration import JobQueueForm, QuotaShareForm, ServiceEnvironmentForm, TrainingPlanForm
+from portal.forms.errors import add_errors, error_dict
 from portal.views.common import staff_page
-from scheduling import rules, selectors, services
+from scheduling import rules, services
 from scheduling.models import JobQueue, QuotaShare, ServiceEnvironment, TrainingPlan
+from scheduling.selectors import configuration, shares
 
 
 def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object], update: Callable[[], object]):
@@ -23,7 +25,7 @@ def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object
     try:
         saved = create() if obj is None else update()
     except ValidationError as exc:
-        f.add_errors(form, exc)
+        add_errors(form, exc)
         return None
     messages.success(request, f"{'Created' if obj is None else 'Saved'} {what} {saved}.")
     return redirect(to)
@@ -35,7 +37,7 @@ def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object
 @require_GET
 @staff_page
 def queue_list(request):
-    return render(request, "portal/manage_queues.html", {"queues": selectors.queues_for_admin()})
+    return render(request, "portal/manage_queues.html", {"queues": configuration.queues_for_admin()})
 
 
 @staff_page
@@ -45,7 +47,7 @@ def queue_edit(request, queue_id: int | None = None):
         if queue_id
         else None
     )
-    form = f.JobQueueForm(request.POST or None, job_queue=queue)
+    form = JobQueueForm(request.POST or None, job_queue=queue)
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=queue, what="queue", to="manage_queues",
@@ -69,14 +71,14 @@ def queue_edit(request, queue_id: int | None = None):
 @staff_page
 def environment_list(request):
     return render(
-        request, "portal/manage_environments.html", {"environments": selectors.environments_for_admin()}
+        request, "portal/manage_environments.html", {"environments": configuration.environments_for_admin()}
     )
 
 
 @staff_page
 def environment_edit(request, environment_id: int | None = None):
     environment = get_object_or_404(ServiceEnvironment, pk=environment_id) if environment_id else None
-    form = f.ServiceEnvironmentForm(request.POST or None, environment=environment)
+    form = ServiceEnvironmentForm(request.POST or None, environment=environment)
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=environment, what="environment", to="manage_environments",
@@ -113,7 +115,7 @@ def environment_edit(request, environment_id: int | None = None):
 @require_GET
 @staff_page
 def share_list(request):
-    return render(request, "portal/manage_shares.html", {"shares": selectors.shares_for_admin()})
+    return render(request, "portal/manage_shares.html", {"shares": configuration.shares_for_admin()})
 
 
 def _share(share_id: int | None) -> QuotaShare | None:
@@ -128,7 +130,7 @@ def _share(share_id: int | None) -> QuotaShare | None:
 @staff_page
 def share_edit(request, share_id: int | None = None):
     share = _share(share_id)
-    form = f.QuotaShareForm(request.POST or None, share=share)
+    form = QuotaShareForm(request.POST or None, share=share)
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=share, what="quota share", to="manage_shares",
@@ -145,11 +147,11 @@ def share_edit(request, share_id: int | None = None):
 LIVE_CHECKED_FIELDS = ("name", "job_queue", "borrow_limit")
 
 
-def _share_form_context(form: f.QuotaShareForm, share: QuotaShare | None, *, live_errors=None) -> dict:
+def _share_form_context(form: QuotaShareForm, share: QuotaShare | None, *, live_errors=None) -> dict:
     job_queue = form.job_queue()
     sums = []
     if job_queue is not None:
-        sums = selectors.share_limit_sums(
+        sums = shares.share_limit_sums(
             job_queue=job_queue,
             share_id=share.pk if share else None,
             proposed=form.proposed_limits()
@@ -178,7 +180,7 @@ def _share_form_context(form: f.QuotaShareForm, share: QuotaShare | None, *, liv
 def share_limits_check(request, share_id: int | None = None):
     """htmx, as the limits change: their sum against the environment's capacity, and what the rules refuse."""
     share = _share(share_id)
-    form = f.QuotaShareForm(request.POST, share=share)
+    form = QuotaShareForm(request.POST, share=share)
     job_queue = form.job_queue()
     live_errors: dict[str, list[str]] = {}
     if job_queue is not None:
@@ -197,7 +199,7 @@ def share_limits_check(request, share_id: int | None = None):
                 limits=[rules.LimitInput(types[t], n) for t, n in form.proposed_limits().items()],
             )
         except ValidationError as exc:
-            live_errors = f.error_dict(exc)
+            live_errors = error_dict(exc)
     return render(
         request,
         "portal/manage_share_form.html#limit-sums",
@@ -212,22 +214,22 @@ def share_limits_check(request, share_id: int | None = None):
 @staff_page
 def plan_timeline(request):
     return render(
-        request, "portal/manage_plans.html", {"timeline": selectors.plan_timeline(now=timezone.now())}
+        request, "portal/manage_plans.html", {"timeline": configuration.plan_timeline(now=timezone.now())}
     )
 
 
 @staff_page
 def plan_edit(request, plan_id: int | None = None):
     plan = get_object_or_404(TrainingPlan, pk=plan_id) if plan_id else None
-    form = f.TrainingPlanForm(request.POST or None, plan=plan)
+    form = TrainingPlanForm(request.POST or None, plan=plan)
     if request.method == "POST" and form.is_valid():
-        shares = list(form.cleaned_data["quota_shares"])
+        quota_shares = list(form.cleaned_data["quota_shares"])
         saved = _save(
             request, form, obj=plan, what="training plan", to="manage_plans",
             create=lambda: services.training_plan_create(
-                fields=form.plan_fields(), quota_shares=shares, actor=request.user),
+                fields=form.plan_fields(), quota_shares=quota_shares, actor=request.user),
             update=lambda: services.training_plan_update(
-                plan=plan, changes=form.plan_fields(), quota_shares=shares, actor=request.user),
+                plan=plan, changes=form.plan_fields(), quota_shares=quota_shares, actor=request.user),
         )
         if saved:
             return saved

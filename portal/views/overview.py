@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
-from scheduling import selectors
+from scheduling.selectors import overview as overview_selectors
 
 LIVE_REGION = "overview-live"
 
@@ -19,7 +19,7 @@ LIVE_REGION = "overview-live"
 @page
 def overview(request):
     now = timezone.now()
-    queues = selectors.overview(
+    queues = overview_selectors.overview(
         viewer=viewer(request), long_wait_since=now - timedelta(seconds=settings.PAGE_STARVED_AFTER_SECONDS)
     )
     context = {

@@ -9,8 +9,8 @@ from django.views.decorators.http import require_GET
 
 from portal import charts
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
-from scheduling import selectors
 from scheduling.models import QuotaShare
+from scheduling.selectors import shares
 
 LIVE_REGION, CHART_REGION = "share-live", "share-chart"
 
@@ -20,15 +20,15 @@ LIVE_REGION, CHART_REGION = "share-live", "share-chart"
 def share_detail(request, share_id: int):
     share = get_object_or_404(QuotaShare.objects.select_related("job_queue", "team"), pk=share_id)
     window = request.GET.get("window", "hour")
-    if window not in selectors.CHART_WINDOWS:
+    if window not in shares.CHART_WINDOWS:
         window = "hour"
     target = htmx_target(request, (LIVE_REGION, CHART_REGION))
     now = timezone.now()
     context = {
         "share": share,
         "window": window,
-        "windows": selectors.CHART_WINDOWS,
-        "window_label": selectors.CHART_WINDOWS[window][0],
+        "windows": shares.CHART_WINDOWS,
+        "window_label": shares.CHART_WINDOWS[window][0],
         "now": now,
         "refresh_seconds": refresh_seconds(),
         # Samples come at most every SAMPLE_INTERVAL_SECONDS: asking more often redraws the same chart.
@@ -36,7 +36,7 @@ def share_detail(request, share_id: int):
         "sample_interval": settings.SAMPLE_INTERVAL_SECONDS,
     }
     if target in (None, LIVE_REGION):
-        context["detail"] = selectors.share_detail(viewer=viewer(request), share=share)
+        context["detail"] = shares.share_detail(viewer=viewer(request), share=share)
     if target in (None, CHART_REGION):
         context["charts"] = share_charts(share_id=share.pk, window=window, now=now)
     template = "portal/share_detail.html"
@@ -47,8 +47,8 @@ def share_detail(request, share_id: int):
 
 def share_charts(*, share_id: int, window: str, now) -> list[tuple[str, charts.UsageChart]]:
     """One chart per instance type the share has samples for, over the window ending now."""
-    start = now - selectors.CHART_WINDOWS[window][1]
-    history = selectors.share_usage_history(share_id=share_id, since=start)
+    start = now - shares.CHART_WINDOWS[window][1]
+    history = shares.share_usage_history(share_id=share_id, since=start)
     return [
         (type_name, charts.usage_chart(points, start=start, end=now))
         for type_name, points in sorted(history.items())

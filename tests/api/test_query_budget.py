@@ -86,6 +86,14 @@ def many_runnable_jobs(world, n):
         job_in(world.nlp if i % 2 else world.vision, [(P4, 1)], name=f"r{i}")
 
 
+def many_runnable_and_placed_jobs(world, n):
+    """The snapshot's order reads the queue as a pass does: placed jobs, plans and preference lists too."""
+    many_runnable_jobs(world, n)
+    for i in range(n):
+        placed(job_in(world.vision, [(P4, 1), (P5, 1)], name=f"p{i}", scheduling_priority=i), P4, 1)
+        placed(job_in(world.nlp, [(P5, 1, world.plan)], name=f"q{i}"), P5, 1, plan=world.plan)
+
+
 # (url, who reads it, how to make n items, the most queries it may take)
 BUDGETS = {
     "instance-types": ("/api/v1/instance-types/", "ana", many_instance_types, 2),
@@ -98,7 +106,10 @@ BUDGETS = {
     "jobs as staff": ("/api/v1/jobs/?quota_share=nlp&job_queue=training", "admin", many_jobs, 4),
     "events": ("/api/v1/events/", "chen", many_events, 2),
     "events tailing": ("/api/v1/events/?since_id=0&kind=PREEMPTED_RECLAIM", "chen", many_events, 2),
-    "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 11),
+    # 7 usage, 8 the pass's own snapshot load (for the engine's head order), the queue, the jobs, the teams.
+    "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 18),
+    "snapshot of a busy queue": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_and_placed_jobs,
+                                 18),
 }
 
 

@@ -7,7 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from engine.order import head_order
 from scheduling.models import Job, JobStatus, QuotaShare, SchedulingPass, State
+from scheduling.passes.snapshot import snapshot_load
 from tests.api.support import G5, P4, P5, placed
 from tests.factories import job_in, share_with
 
@@ -84,6 +86,34 @@ def test_snapshot_lists_runnable_jobs_in_scheduling_order(world, client_for):
     assert set(body["jobs"][0]) == {"id", "name", "quota_share", "team", "scheduling_priority",
                                     "queue_position", "status_reason", "created_at"}
     assert (body["jobs"][0]["quota_share"], body["jobs"][0]["team"]) == ("vision", "vision")
+
+
+def test_snapshot_lists_runnable_jobs_in_the_engines_head_order(world, client_for):
+    # nlp and speech are under their limits; vision borrows (15 of P4 against limits summing to 14), so its
+    # heads come after theirs whatever their priority. Within a group: priority, then submission, then id.
+    speech = share_with(world.queue, "speech", {P4: 2}, team=world.team_vision, strategy="LEND")
+    placed(job_in(world.nlp, [(P5, 1)], name="nlp-running"), P5, 1)
+    placed(job_in(world.vision, [(P4, 15)], name="vision-borrowing"), P4, 15)
+    now = timezone.now()
+    tie = now - timedelta(minutes=5)
+    for name, share, priority, created_at in [
+        ("v-high", world.vision, 90, now - timedelta(minutes=10)),
+        ("v-high-older", world.vision, 90, now - timedelta(minutes=30)),
+        ("v-mid", world.vision, 50, now),
+        ("n-tie-1", world.nlp, 10, tie),
+        ("n-tie-2", world.nlp, 10, tie),
+        ("n-top", world.nlp, 30, now),
+        ("s-tie-3", speech, 10, tie),
+        ("n-low", world.nlp, 0, now - timedelta(hours=1)),
+    ]:
+        job_in(share, [(P4, 1)], name=name, scheduling_priority=priority, created_at=created_at)
+
+    body = snapshot(client_for(world.admin), world.queue).json()
+
+    names = [job["name"] for job in body["jobs"]]
+    assert names == ["n-top", "n-tie-1", "n-tie-2", "s-tie-3", "n-low", "v-high-older", "v-high", "v-mid"]
+    engine_snapshot, _index = snapshot_load(job_queue=world.queue, now=timezone.now())
+    assert [job["id"] for job in body["jobs"]] == [job.id for job in head_order(engine_snapshot)]
 
 
 def test_snapshot_shows_at_most_100_jobs_and_counts_them_all(world, client_for):

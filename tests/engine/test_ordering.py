@@ -4,12 +4,16 @@ from datetime import timedelta
 
 import pytest
 
-from engine import Ordering, schedule
+from engine import Ordering, Snapshot, schedule
+from engine.order import head_order
+from engine.scheduler import PassRun
 
 from .builders import (
+    G5,
     LEND,
     LEND_AND_BORROW,
     NOW,
+    P4,
     P5,
     admitted,
     entry,
@@ -160,3 +164,51 @@ def test_capacity_a_preemption_frees_beyond_its_need_goes_to_a_job_skipped_earli
 
     assert [(a.job_id, a.borrowed) for a in decisions.admissions] == [(2, 0), (1, 1)]
     assert decisions.stats.jobs_considered == 2
+
+
+def mixed_queue() -> Snapshot:
+    """Shares under and over their limit, several priorities, ties on priority and submission time."""
+    under = share(1, "under", LEND_AND_BORROW, limits={P5: 4})
+    over = share(2, "over", LEND_AND_BORROW, limits={P5: 2})
+    also_under = share(3, "also-under", LEND, limits={P4: 2})
+    paused = share(4, "paused", LEND, limits={P4: 2}, enabled=False)
+    tie = NOW - timedelta(hours=1)
+    # Nothing fits: every runnable job asks for a type the environment does not have, so none is placed.
+    nowhere = entry(G5, 1)
+    jobs = [
+        placed(101, under, P5, 1),
+        placed(102, over, P5, 3),  # over its limit of 2 (a borrower)
+        runnable(1, over, nowhere, priority=90),
+        runnable(2, under, nowhere, priority=10, submitted_at=tie),
+        runnable(3, under, nowhere, priority=10, submitted_at=tie - timedelta(minutes=5)),
+        runnable(4, also_under, nowhere, priority=10, submitted_at=tie),
+        runnable(5, over, nowhere, priority=50),
+        runnable(6, under, nowhere, priority=30),
+        runnable(7, also_under, nowhere, priority=0),
+        runnable(8, over, nowhere, priority=90, submitted_at=NOW - timedelta(days=3)),
+        runnable(9, paused, nowhere, priority=99),
+    ]
+    return snapshot({P5: 8, P4: 4}, [under, over, also_under, paused], jobs)
+
+
+def test_head_order_puts_heads_of_shares_under_their_limit_first_then_priority_submission_id():
+    order = [job.id for job in head_order(mixed_queue())]
+
+    # under and also-under: 6 (30); 3, then 2 and 4 tied on priority and submission (lower id first); 7.
+    # over: 8 (90, older), 1 (90), 5 (50). The disabled share's job is not ordered.
+    assert order == [6, 3, 2, 4, 7, 8, 1, 5]
+
+
+def test_head_order_is_the_order_in_which_the_pass_considers_heads_when_none_is_placed(monkeypatch):
+    considered = []
+
+    def consider_only(self, job, heads, *, allow_preemption):
+        considered.append(job.id)
+        return False
+
+    monkeypatch.setattr(PassRun, "try_place", consider_only)
+    snap = mixed_queue()
+
+    schedule(snap)
+
+    assert considered == [job.id for job in head_order(snap)]

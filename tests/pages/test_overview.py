@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import selectors
 from scheduling.models import Job
+from scheduling.selectors import overview
 from tests.factories import job_in
 from tests.pages.conftest import G5, P4, P5, htmx_headers
 
@@ -102,7 +102,7 @@ def card(html: str, share) -> str:
 def test_share_condition_reads_pending_wait_and_limits():
     now = timezone.now()
     since = now - timedelta(minutes=15)
-    condition = selectors.share_condition
+    condition = overview.share_condition
     assert condition(pending=0, oldest_pending_since=None, owed=True, long_wait_since=since) == "ok"
     assert condition(pending=2, oldest_pending_since=now, owed=True, long_wait_since=since) == "waiting"
     old = now - timedelta(hours=1)

@@ -1,0 +1,57 @@
+"""Errors from `scheduling.rules` and the services, put back on the form field at fault: keys like
+`instance_preferences[1].instance_count` name a field of a row of the preference formset."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+if TYPE_CHECKING:
+    from portal.forms.jobs import JobForm, PreferenceFormSet
+
+_PREFERENCE_KEY = re.compile(r"^instance_preferences(?:\[(\d+)\](?:\.(\w+))?)?$")
+
+
+def error_dict(exc: ValidationError) -> dict[str, list[str]]:
+    if hasattr(exc, "error_dict"):
+        return exc.message_dict
+    return {"__all__": list(exc.messages)}
+
+
+def add_errors(form: forms.Form, exc: ValidationError) -> None:
+    """Put a rules/services ValidationError on the form's fields. A key naming a group of fields the form
+    shows together (`capacity_limits`) goes to `form.group_errors`; any other unknown key is a form error."""
+    groups = getattr(form, "error_groups", ())
+    for key, messages in error_dict(exc).items():
+        if key in groups:
+            form.group_errors.setdefault(key, []).extend(messages)
+            continue
+        for message in messages:
+            form.add_error(key if key in form.fields else None, message)
+
+
+def add_submission_errors(
+    form: JobForm, formset: PreferenceFormSet, exc: ValidationError, entry_rows: list[int]
+) -> None:
+    """Map a submission's errors: `instance_preferences[i].field` -> row `entry_rows[i]` of the formset."""
+    for key, messages in error_dict(exc).items():
+        match = _PREFERENCE_KEY.match(key)
+        if match is None:
+            target = key if key in form.fields else None
+            for message in messages:
+                form.add_error(target, message)
+            continue
+        index, field_name = match.groups()
+        for message in messages:
+            if index is None:
+                formset.add_non_form_error(message)
+                continue
+            position = int(index)
+            row = formset.forms[entry_rows[position]] if position < len(entry_rows) else None
+            if row is None:
+                formset.add_non_form_error(message)
+            else:
+                row.add_error(field_name if field_name in row.fields else None, message)

@@ -1,0 +1,37 @@
+"""The filters above the job list and the event log."""
+
+from __future__ import annotations
+
+from django import forms
+
+from scheduling.models import EventKind, JobQueue, JobStatus, QuotaShare, Team
+
+
+def _optional_choice(queryset, label):
+    return forms.ModelChoiceField(queryset=queryset, required=False, empty_label=label)
+
+
+class JobFilterForm(forms.Form):
+    status = forms.ChoiceField(choices=[("", "any status"), *JobStatus.choices], required=False)
+    job_queue = _optional_choice(JobQueue.objects.order_by("name"), "any queue")
+    quota_share = _optional_choice(
+        QuotaShare.objects.select_related("job_queue").order_by("job_queue__name", "name"), "any share"
+    )
+    team = _optional_choice(Team.objects.order_by("name"), "any team")
+
+    def __init__(self, *args, viewer, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not viewer.is_staff:
+            self.fields["team"].queryset = Team.objects.filter(pk__in=viewer.team_ids).order_by("name")
+            self.fields["quota_share"].queryset = self.fields["quota_share"].queryset.filter(
+                team_id__in=viewer.team_ids
+            )
+
+
+class EventFilterForm(forms.Form):
+    kind = forms.ChoiceField(choices=[("", "any kind"), *EventKind.choices], required=False)
+    job_queue = _optional_choice(JobQueue.objects.order_by("name"), "any queue")
+    quota_share = _optional_choice(
+        QuotaShare.objects.select_related("job_queue").order_by("job_queue__name", "name"), "any share"
+    )
+    job = forms.IntegerField(required=False, min_value=1, label="Job id")

@@ -1,0 +1,136 @@
+"""Events as a viewer may read them: the log, its live tail, a job's events, the latest evictions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+
+from scheduling.models import PREEMPTION_KINDS, Event, EventKind
+from scheduling.selectors.visibility import JobRef, Viewer, job_ref
+
+_KIND_SUMMARIES = {
+    EventKind.PREEMPTED_RECLAIM: "{other} reclaimed capacity lent to {share}, stopping a job on {amount}",
+    EventKind.PREEMPTED_IN_SHARE: "a higher-priority job of {share} took the place of one on {amount}",
+    EventKind.PREEMPTED_LIMIT_REDUCED: (
+        "{share} was over a lowered capacity or limit: a job on {amount} stopped"
+    ),
+    EventKind.SUBMITTED: "a job of {share} was submitted",
+    EventKind.ADMITTED: "a job of {share} was placed on {amount}",
+    EventKind.BORROWED: "a job of {share} borrows {amount}",
+    EventKind.FALLBACK: "a job of {share} fell back to a later preference entry",
+    EventKind.PLAN_EXPIRING: "a job of {share} was drained from an expiring training plan",
+    EventKind.STARTED: "a job of {share} started",
+    EventKind.SUCCEEDED: "a job of {share} succeeded",
+    EventKind.FAILED: "a job of {share} failed",
+    EventKind.CANCELLED: "a job of {share} was cancelled",
+    EventKind.CONFIG_CHANGED: "a job of {share} was changed",
+}
+
+
+@dataclass(frozen=True)
+class EventRow:
+    id: int
+    kind: str
+    created_at: datetime
+    job_queue_id: int | None
+    share_id: int | None
+    share_name: str | None
+    other_share_id: int | None
+    other_share_name: str | None
+    job: JobRef | None
+    other_job: JobRef | None
+    instance_type: str | None
+    instances: int | None
+    actor: str | None
+    text: str  # the event's message, or a summary when it is about another team's job
+
+
+def _event_rows(viewer: Viewer, events) -> list[EventRow]:
+    rows = []
+    for e in events:
+        share_name = e["quota_share__name"]
+        job = job_ref(viewer, job_id=e["job_id"], name=e["job__name"], team_id=e["job__team_id"],
+                       share_name=share_name)
+        other_job = job_ref(viewer, job_id=e["other_job_id"], name=e["other_job__name"],
+                             team_id=e["other_job__team_id"], share_name=e["other_share__name"])
+        if job is None or job.visible:
+            text = e["message"]
+        else:
+            amount = f"{e['instances']} {e['instance_type__name']}" if e["instances"] else "capacity"
+            text = _KIND_SUMMARIES.get(e["kind"], "a job of {share}: {kind}").format(
+                share=share_name, other=e["other_share__name"] or "another share", amount=amount,
+                kind=e["kind"])
+        rows.append(EventRow(
+            id=e["id"], kind=e["kind"], created_at=e["created_at"], job_queue_id=e["job_queue_id"],
+            share_id=e["quota_share_id"], share_name=share_name, other_share_id=e["other_share_id"],
+            other_share_name=e["other_share__name"], job=job, other_job=other_job,
+            instance_type=e["instance_type__name"], instances=e["instances"], actor=e["actor__username"],
+            text=text,
+        ))
+    return rows
+
+
+_EVENT_COLUMNS = (
+    "id", "kind", "created_at", "job_queue_id", "quota_share_id", "quota_share__name", "other_share_id",
+    "other_share__name", "job_id", "job__name", "job__team_id", "other_job_id", "other_job__name",
+    "other_job__team_id", "instance_type__name", "instances", "actor__username", "message",
+)
+
+
+def _events_visible_to(viewer: Viewer) -> Q:
+    """Staff: every event. Members: configuration and queue events, and those naming a job of their teams."""
+    if viewer.is_staff:
+        return Q()
+    return (Q(job__isnull=True) | Q(job__team_id__in=viewer.team_ids)
+            | Q(other_job__team_id__in=viewer.team_ids))
+
+
+def evictions(*, viewer: Viewer, job_queue_ids: list[int] | None = None, share_id: int | None = None,
+              limit: int = 20) -> list[EventRow]:
+    """The latest PREEMPTED_* events of some queues, or those a share took part in (either side). 1 query.
+
+    Every signed-in user sees who preempted whom and why at the level of shares; job names only of their
+    teams.
+    """
+    events = Event.objects.filter(kind__in=PREEMPTION_KINDS)
+    if job_queue_ids is not None:
+        events = events.filter(job_queue_id__in=job_queue_ids)
+    if share_id is not None:
+        events = events.filter(Q(quota_share_id=share_id) | Q(other_share_id=share_id))
+    return _event_rows(viewer, events.order_by("-created_at", "-id").values(*_EVENT_COLUMNS)[:limit])
+
+
+@dataclass(frozen=True)
+class EventFilters:
+    kind: str | None = None
+    job_queue_id: int | None = None
+    share_id: int | None = None
+    job_id: int | None = None
+
+
+def event_log(*, viewer: Viewer, filters: EventFilters, after_id: int | None = None,
+              before_id: int | None = None, limit: int = 50) -> list[EventRow]:
+    """Events newest first; with `after_id`, only those newer than it (the live tail); with `before_id`, only
+    older ones (the next page). 1 query."""
+    events = Event.objects.filter(_events_visible_to(viewer))
+    if filters.kind:
+        events = events.filter(kind=filters.kind)
+    if filters.job_queue_id:
+        events = events.filter(job_queue_id=filters.job_queue_id)
+    if filters.share_id:
+        events = events.filter(Q(quota_share_id=filters.share_id) | Q(other_share_id=filters.share_id))
+    if filters.job_id:
+        events = events.filter(Q(job_id=filters.job_id) | Q(other_job_id=filters.job_id))
+    if after_id is not None:
+        events = events.filter(id__gt=after_id)
+    if before_id is not None:
+        events = events.filter(id__lt=before_id)
+    return _event_rows(viewer, events.order_by("-id").values(*_EVENT_COLUMNS)[:limit])
+
+
+def job_events(*, viewer: Viewer, job_id: int, limit: int = 100) -> list[EventRow]:
+    """Events about a job (as the job or the other side of a preemption), newest first. 1 query."""
+    events = Event.objects.filter(Q(job_id=job_id) | Q(other_job_id=job_id)).order_by("-created_at", "-id")
+    return _event_rows(viewer, events.values(*_EVENT_COLUMNS)[:limit])
