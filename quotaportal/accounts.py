@@ -120,4 +120,4 @@ class ApiTokensRevokedOnPasswordChange:
             logger.info("API token of %s revoked: the password changed", user.get_username())
 
     def get_help_text(self) -> str:
-        return "Changing the password also revokes the account's API token."
+        return "Setting a new password also revokes the API token."
