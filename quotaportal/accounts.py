@@ -60,13 +60,17 @@ def lockout_time(request: HttpRequest | None) -> timedelta:
     return timedelta(seconds=settings.LOGIN_LOCKOUT_SECONDS)
 
 
-def lockout_response(request: HttpRequest, original_response=None,
-                     credentials: dict | None = None) -> HttpResponse:
+def lockout_response(
+    request: HttpRequest, original_response=None, credentials: dict | None = None
+) -> HttpResponse:
     """429 with Retry-After: every attempt while locked out starts the lockout again, so it is all of it."""
     seconds = settings.LOGIN_LOCKOUT_SECONDS
     minutes = max(1, round(seconds / 60))
-    logger.warning("sign-in refused: too many failures for username %r or address %s",
-                   lockout_username(request, credentials), client_address(request))
+    logger.warning(
+        "sign-in refused: too many failures for username %r or address %s",
+        lockout_username(request, credentials),
+        client_address(request),
+    )
     body = (
         '<!doctype html><html lang="en"><head><title>Too many sign-in attempts</title></head><body>'
         "<h1>Too many sign-in attempts</h1><p>Too many failed sign-in attempts for this account or from "

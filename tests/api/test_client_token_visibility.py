@@ -16,13 +16,21 @@ SECRET = {"image": "registry.example.com/nlp/secret-trainer:7", "token": "s3cr3t
 
 def test_a_former_member_repeating_a_client_token_gets_409_and_nothing_of_the_job(world, client_for):
     client = client_for(world.ana)
-    first = client.post(JOBS, submission(name="private-run", client_token="batch-1", payload=SECRET),
-                        format="json")
+    first = client.post(
+        JOBS, submission(name="private-run", client_token="batch-1", payload=SECRET), format="json"
+    )
     Membership.objects.filter(user=world.ana, team=world.team_nlp).delete()
     MembershipFactory(team=world.team_vision, user=world.ana)
 
-    again = client.post(JOBS, submission(quota_share="vision", instance_preferences=[
-        {"instance_type": "ml.g5.12xlarge", "instance_count": 1}], client_token="batch-1"), format="json")
+    again = client.post(
+        JOBS,
+        submission(
+            quota_share="vision",
+            instance_preferences=[{"instance_type": "ml.g5.12xlarge", "instance_count": 1}],
+            client_token="batch-1",
+        ),
+        format="json",
+    )
 
     assert first.status_code == 201
     assert again.status_code == 409
@@ -43,4 +51,3 @@ def test_a_member_still_in_the_team_repeating_a_client_token_gets_the_job(world,
 
     assert again.status_code == 200
     assert again.json()["id"] == first.json()["id"]
-

@@ -57,8 +57,10 @@ def test_saving_a_user_without_a_new_password_keeps_the_token():
 def test_rehashing_an_unchanged_password_at_sign_in_keeps_the_token(settings):
     user = UserFactory(username="ana")  # hashed with MD5, the tests' hasher
     token = Token.objects.create(user=user)
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher",
-                                 "django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+    ]
 
     response = Client().post("/accounts/login/", {"username": "ana", "password": "pw-for-tests-1"})
 

@@ -27,8 +27,10 @@ def test_a_pass_for_a_queue_deleted_before_the_pass_takes_its_lock_is_skipped_wi
     assert result.get() == {"job_queue_id": queue.pk, "skipped": "queue no longer exists"}
     assert not SchedulingPass.objects.exists()
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
-    assert any(record.levelno == logging.INFO and f"queue {queue.pk} was deleted" in record.getMessage()
-               for record in caplog.records)
+    assert any(
+        record.levelno == logging.INFO and f"queue {queue.pk} was deleted" in record.getMessage()
+        for record in caplog.records
+    )
 
 
 def test_a_pass_for_a_queue_already_gone_is_skipped_with_an_info_line(caplog):
