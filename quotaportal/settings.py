@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "axes",
     "scheduling",
     "whatif",
     "portal",
@@ -58,6 +59,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Last, as axes asks: it turns a sign-in its backend refused into the lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 # --- security -------------------------------------------------------------------------------------------
@@ -133,6 +136,13 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    # Not a check: its password_changed hook deletes the user's API token when the password is set.
+    {"NAME": "quotaportal.accounts.ApiTokensRevokedOnPasswordChange"},
+]
+# axes first: it refuses a locked-out account before any backend checks the password.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -223,10 +233,22 @@ PASS_COALESCE_SECONDS = envint("PASS_COALESCE_SECONDS", 0 if CACHE_URL.startswit
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DATA_UPLOAD_MAX_MEMORY_SIZE", 1_048_576, minimum=131_072)
 # Job submissions per user through the API (N/second, N/min, N/hour, N/day; `off` for none): 429 above it.
 API_SUBMIT_RATE = envrate("API_SUBMIT_RATE", "600/min")
-# Sign-in: after LOGIN_FAILURE_LIMIT failed attempts for one username (or 10 times as many from one address),
-# sign-in is refused with 429 for LOGIN_LOCKOUT_SECONDS.
+# Sign-in (django-axes, configured in quotaportal.accounts): after LOGIN_FAILURE_LIMIT failed attempts for one
+# username, however it is spelt (or 10 times as many from one address), sign-in is refused with 429 until
+# LOGIN_LOCKOUT_SECONDS have passed since the last attempt. Failures are counted in the database.
 LOGIN_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
 LOGIN_LOCKOUT_SECONDS = envint("LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+AXES_HANDLER = "quotaportal.accounts.LockoutHandler"
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_FAILURE_LIMIT = "quotaportal.accounts.failure_limit"
+AXES_COOLOFF_TIME = "quotaportal.accounts.lockout_time"
+AXES_USERNAME_CALLABLE = "quotaportal.accounts.lockout_username"
+AXES_CLIENT_IP_CALLABLE = "quotaportal.accounts.client_address"
+AXES_LOCKOUT_CALLABLE = "quotaportal.accounts.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+# Lockouts, not a log of every sign-in: successful sign-ins would otherwise add a row each, kept for ever.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False  # no start-up banner on every manage.py command
 
 # --- REST framework -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {

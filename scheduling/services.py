@@ -254,12 +254,13 @@ def job_submit(*, user: AbstractBaseUser, submission: JobSubmission) -> tuple[Jo
     """Validate a submission whole and create the job with its preference list; (job, created).
 
     A repeated `client_token` of the same user returns the first job, even when the repeats race: the
-    unique constraint decides, and the loser reads the winner's row.
+    unique constraint decides, and the loser reads the winner's row. A submitter who can no longer see that
+    job (they left its team) gets a Conflict that says nothing about it.
     """
     if submission.client_token:
         existing = Job.objects.filter(submitted_by=user, client_token=submission.client_token).first()
         if existing is not None:
-            return existing, False
+            return _job_repeated(user=user, job=existing), False
     now = timezone.now()
     job = job_submission_validate(user=user, submission=submission, now=now)
     share = submission.quota_share
@@ -278,8 +279,17 @@ def job_submit(*, user: AbstractBaseUser, submission: JobSubmission) -> tuple[Jo
     except IntegrityError:
         if not submission.client_token:
             raise
-        return Job.objects.get(submitted_by=user, client_token=submission.client_token), False
+        existing = Job.objects.get(submitted_by=user, client_token=submission.client_token)
+        return _job_repeated(user=user, job=existing), False
     return job, True
+
+
+def _job_repeated(*, user: AbstractBaseUser, job: Job) -> Job:
+    """The job a repeated client_token submitted, if its submitter may still see it (staff, its team)."""
+    if user.is_staff or user_team_role(user, job.team_id) is not None:
+        return job
+    raise Conflict(f"client_token {job.client_token!r} was already used for a job you can no longer see; "
+                   "submit with a new client_token")
 
 
 def _entry_label(entry: rules.PreferenceInput) -> str:

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from django.db import OperationalError
 
 from scheduling import services
 from scheduling.models import JobQueue, ServiceEnvironment, State
 
+logger = logging.getLogger("quotaportal.scheduling")
+
 
 @shared_task(acks_late=True, autoretry_for=(OperationalError,), retry_backoff=True, max_retries=5,
              soft_time_limit=120, time_limit=180)
 def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
     """One scheduling pass over one queue (safe to run twice: the pass is idempotent on a settled queue)."""
-    if not JobQueue.objects.filter(pk=job_queue_id).exists():
-        return {"job_queue_id": job_queue_id, "skipped": "queue no longer exists"}
-    services.pass_mark_clear(job_queue_id)
-    result = services.queue_pass_run(job_queue_id=job_queue_id, trigger=trigger)
-    return {"job_queue_id": job_queue_id, "admitted": len(result.admitted), "preempted": len(result.preempted)}
+    if JobQueue.objects.filter(pk=job_queue_id).exists():
+        services.pass_mark_clear(job_queue_id)
+        try:
+            result = services.queue_pass_run(job_queue_id=job_queue_id, trigger=trigger)
+        except JobQueue.DoesNotExist:  # deleted between the check above and the pass taking its row lock
+            pass
+        else:
+            return {"job_queue_id": job_queue_id, "admitted": len(result.admitted),
+                    "preempted": len(result.preempted)}
+    logger.info("pass skipped: queue %s was deleted while the pass waited in the broker", job_queue_id)
+    return {"job_queue_id": job_queue_id, "skipped": "queue no longer exists"}
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -106,16 +106,16 @@ def test_admin_offers_no_delete_for_an_enabled_share(staff_client, queue):
 @pytest.mark.parametrize("model", ["instancetype", "team", "serviceenvironment", "jobqueue", "quotashare",
                                    "trainingplan", "job", "event", "schedulingpass", "shareusagesample"])
 def test_every_admin_changelist_renders_with_the_demo(staff_client, model, django_assert_max_num_queries):
-    call_command("seed_demo", jobs=12, stdout=open("/dev/null", "w"))
+    call_command("seed_demo", jobs=12, force=True, stdout=open("/dev/null", "w"))
     with django_assert_max_num_queries(25):
         response = staff_client.get(reverse(f"admin:scheduling_{model}_changelist"))
     assert response.status_code == 200
 
 
 def test_seed_demo_is_idempotent():
-    call_command("seed_demo", jobs=12, stdout=open("/dev/null", "w"))
+    call_command("seed_demo", jobs=12, force=True, stdout=open("/dev/null", "w"))
     counts = (QuotaShare.objects.count(), Job.objects.count(), ShareCapacityLimit.objects.count())
-    call_command("seed_demo", jobs=12, stdout=open("/dev/null", "w"))
+    call_command("seed_demo", jobs=12, force=True, stdout=open("/dev/null", "w"))
     assert (QuotaShare.objects.count(), Job.objects.count(), ShareCapacityLimit.objects.count()) == counts
     strategies = set(QuotaShare.objects.values_list("strategy", flat=True))
     assert strategies == {"RESERVE", "LEND", "LEND_AND_BORROW"}

@@ -1,13 +1,19 @@
-"""A realistic demo organisation, safe to run again (it converges to the same configuration)."""
+"""A realistic demo organisation, safe to run again (it converges to the same configuration).
+
+Its accounts' passwords are published (README, `make run`), so with DEBUG off it refuses to run; `--force`
+runs it anyway and gives the accounts it creates random passwords, printed once.
+"""
 
 from __future__ import annotations
 
 import random
+import secrets
 from datetime import timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
@@ -82,15 +88,27 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--jobs", type=int, default=36, help="demo jobs to submit (default 36)")
+        parser.add_argument(
+            "--force", action="store_true",
+            help="run with DEBUG off: the accounts it creates get random passwords, shown once")
 
     @transaction.atomic
-    def handle(self, *args, jobs: int, **options):
+    def handle(self, *args, jobs: int, force: bool = False, **options):
+        if not settings.DEBUG and not force:
+            raise CommandError(
+                f"seed_demo creates a superuser {ADMIN[0]!r} and team members whose passwords are published, "
+                "and DEBUG is off: this looks like a production server. Run it with DEBUG=1 on a development "
+                "machine, or with --force to create the accounts with random passwords, printed once.")
+        published = settings.DEBUG
+        admin_password = ADMIN[1] if published else secrets.token_urlsafe(16)
+        member_password = DEMO_PASSWORD if published else secrets.token_urlsafe(16)
         User = get_user_model()
         admin, created = User.objects.get_or_create(username=ADMIN[0], defaults={"email": "admin@example.com"})
         admin.is_staff = admin.is_superuser = True
         if created:
-            admin.set_password(ADMIN[1])
+            admin.set_password(admin_password)
         admin.save()
+        made_users = [ADMIN[0]] if created else []
 
         types = {}
         for name, gpus, price in INSTANCE_TYPES:
@@ -111,8 +129,9 @@ class Command(BaseCommand):
                 user, made = User.objects.get_or_create(
                     username=username, defaults={"email": f"{username}@example.com", "first_name": username.title()})
                 if made:
-                    user.set_password(DEMO_PASSWORD)
+                    user.set_password(member_password)
                     user.save()
+                    made_users.append(username)
                 Membership.objects.update_or_create(team=teams[slug], user=user, defaults={"role": role})
 
         shares = {}
@@ -142,9 +161,20 @@ class Command(BaseCommand):
             plan.save(update_fields=["start_time", "end_time"])
 
         submitted = self._submit_jobs(queue=queue, shares=shares, types=types, plans={plan.name: plan}, count=jobs)
-        self.stdout.write(self.style.SUCCESS(
-            f"demo ready: queue {queue.name} with {len(shares)} shares, plan {plan.name}, "
-            f"{submitted} new job(s); sign in as {ADMIN[0]} / {ADMIN[1]}, or ana / {DEMO_PASSWORD}"))
+        summary = (f"demo ready: queue {queue.name} with {len(shares)} shares, plan {plan.name}, "
+                   f"{submitted} new job(s)")
+        if published:
+            self.stdout.write(self.style.SUCCESS(
+                f"{summary}; sign in as {ADMIN[0]} / {ADMIN[1]}, or ana / {DEMO_PASSWORD}"))
+            return
+        self.stdout.write(self.style.SUCCESS(summary))
+        if ADMIN[0] in made_users:
+            self.stdout.write(f"superuser {ADMIN[0]}, password (shown only now): {admin_password}")
+        members = [name for name in made_users if name != ADMIN[0]]
+        if members:
+            self.stdout.write(f"{', '.join(members)}, password (shown only now): {member_password}")
+        if not made_users:
+            self.stdout.write("no account was created: existing passwords are unchanged")
 
     def _submit_jobs(self, *, queue, shares, types, plans, count) -> int:
         rng = random.Random(20171009)
