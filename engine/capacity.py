@@ -8,21 +8,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .types import PLACED_STATUSES, UNLIMITED, Job, JobStatus, Placement, Plan, Share, Snapshot, Strategy
-
-
-def share_ceiling(share: Share, limit: int) -> int | None:
-    """Invariant C: RESERVE and LEND stop at their limit, LEND_AND_BORROW at limit * (1 + borrow_limit %)."""
-    if share.strategy != Strategy.LEND_AND_BORROW:
-        return limit
-    if share.borrow_limit == UNLIMITED:
-        return None
-    return limit + limit * max(0, share.borrow_limit) // 100
-
-
-def reserved_capacity(share: Share, limit: int) -> int:
-    """Idle capacity of a RESERVE share is never lent: reserved(S,T) is its limit, 0 for other strategies."""
-    return limit if share.strategy == Strategy.RESERVE else 0
+from .ceilings import reserved_capacity, share_ceiling
+from .types import PLACED_STATUSES, Job, JobStatus, Placement, Plan, Share, Snapshot
 
 
 def victim_key(job: Job, placement: Placement) -> tuple[int, float, int]:
@@ -53,8 +40,8 @@ class Holding:
         self.share = share
         self.instance_type = instance_type
         self.limit = share.limits.get(instance_type, 0)
-        self.reserved = reserved_capacity(share, self.limit)
-        self.ceiling = share_ceiling(share, self.limit)
+        self.reserved = reserved_capacity(share.strategy, self.limit)
+        self.ceiling = share_ceiling(share.strategy, self.limit, share.borrow_limit)
         self.usage = 0
         self.victims: list[Job] = []
         self.victim_usage = 0

@@ -90,7 +90,8 @@ from engine import (
     Share,
     Strategy,
 )
-from engine.capacity import reserved_capacity, share_ceiling, victim_key
+from engine.capacity import victim_key
+from engine.ceilings import reserved_capacity, share_ceiling
 from engine.order import queue_key
 
 GROWTH = 4
@@ -192,7 +193,7 @@ class PlacedJobs:
         self.generation: dict[int, int] = {}  # share -> bumped at every change of its on-demand usage
         for share in shares.values():
             for instance_type, limit in share.limits.items():
-                reserved = reserved_capacity(share, limit)
+                reserved = reserved_capacity(share.strategy, limit)
                 self.committed[instance_type] = self.committed.get(instance_type, 0) + reserved
 
     def add(self, job: Job) -> None:
@@ -236,7 +237,7 @@ class PlacedJobs:
     def contribution(self, share_id: int, instance_type: str) -> int:
         """What the share's holding adds to invariant B's sum for the type: max(usage, reserved)."""
         share = self.shares[share_id]
-        reserved = reserved_capacity(share, share.limits.get(instance_type, 0))
+        reserved = reserved_capacity(share.strategy, share.limits.get(instance_type, 0))
         return max(self.usage.get((share_id, instance_type), 0), reserved)
 
     def _change(self, key: tuple[int, str], count: int) -> None:
@@ -304,7 +305,7 @@ class Reducer:
         # share -> type offered that it has a limit on -> its reserved capacity (see `fold_idle_shares`)
         self._reserved = {
             share.id: {
-                instance_type: reserved_capacity(share, limit)
+                instance_type: reserved_capacity(share.strategy, limit)
                 for instance_type, limit in share.limits.items()
                 if instance_type in capacity
             }
@@ -497,14 +498,14 @@ class Reducer:
         instance_type = entry.instance_type
         used = placed.usage.get((share_id, instance_type), 0)
         limit = share.limits.get(instance_type, 0)
-        reserved = reserved_capacity(share, limit)
+        reserved = reserved_capacity(share.strategy, limit)
         # Invariant B: placing within a RESERVE share's own limit commits nothing more.
         lendable = (
             self.capacity.get(instance_type, 0)
             - placed.committed.get(instance_type, 0)
             + max(0, reserved - used)
         )
-        ceiling = share_ceiling(share, limit)
+        ceiling = share_ceiling(share.strategy, limit, share.borrow_limit)
         return lendable if ceiling is None else min(lendable, ceiling - used)
 
     def jobs_for_preemption(
@@ -788,7 +789,8 @@ class Reducer:
                 instance_type, count = entry.instance_type, entry.instance_count
                 took = taken.get((share_id, instance_type), 0)
                 limit = share.limits.get(instance_type, 0)
-                under_ceiling = took if share_ceiling(share, limit) is not None else 0
+                capped = share_ceiling(share.strategy, limit, share.borrow_limit) is not None
+                under_ceiling = took if capped else 0
                 if room + freed.get(instance_type, 0) + under_ceiling >= count:
                     return False
                 if preempting.usage.get((share_id, instance_type), 0) - took + count <= limit:
@@ -819,7 +821,8 @@ class Reducer:
                 instance_type, count = entry.instance_type, entry.instance_count
                 took = taken.get((share_id, instance_type), 0)
                 limit = share.limits.get(instance_type, 0)
-                if freed.get(instance_type, 0) or (took and share_ceiling(share, limit) is not None):
+                capped = share_ceiling(share.strategy, limit, share.borrow_limit) is not None
+                if freed.get(instance_type, 0) or (took and capped):
                     return False
                 if preempting.usage.get((share_id, instance_type), 0) - took + count <= limit:
                     return False
@@ -837,7 +840,8 @@ class Reducer:
         for entry in job.entries:
             if entry.training_plan is not None:
                 return False
-            ceiling = share_ceiling(share, share.limits.get(entry.instance_type, 0))
+            limit = share.limits.get(entry.instance_type, 0)
+            ceiling = share_ceiling(share.strategy, limit, share.borrow_limit)
             if (
                 ceiling is None
                 or usage.get((share.id, entry.instance_type), 0) + entry.instance_count <= ceiling

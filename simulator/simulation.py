@@ -26,7 +26,6 @@ import time as wallclock
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
 
 from engine import (
     Decisions,
@@ -35,14 +34,14 @@ from engine import (
     JobStatus,
     Ordering,
     Placement,
-    Plan,
     Share,
     Snapshot,
     Strategy,
     schedule,
 )
+from engine.housekeeping import pending_too_long
 
-from .config import MAX_PREFERENCES, Configuration, entry_problem, validate
+from .config import EPOCH, MAX_PREFERENCES, Configuration, entry_problem, to_datetime, validate
 from .invariants import InvariantViolation, PassChecker
 from .meter import UsageMeter
 from .shortcuts import (
@@ -59,12 +58,7 @@ from .shortcuts import (
     saturation_key,
 )
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ScheduleFunction = Callable[[Snapshot], Decisions]
-
-
-def to_datetime(seconds: float) -> datetime:
-    return EPOCH + timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,18 +245,7 @@ class Simulation:
             for s in configuration.shares
         )
         self.share_by_id = {share.id: share for share in self.shares}
-        self.plans = tuple(
-            Plan(
-                id=i + 1,
-                name=p.name,
-                instance_type=p.instance_type,
-                instance_count=p.instance_count,
-                start_time=to_datetime(p.start),
-                end_time=to_datetime(p.end),
-                share_ids=frozenset(self.share_ids[name] for name in p.shares),
-            )
-            for i, p in enumerate(configuration.plans)
-        )
+        self.plans = tuple(self.config.engine_plans.values())
         self.capacity = dict(configuration.capacity)
         self.arrivals = sorted(jobs, key=lambda job: (job.submitted_at, job.id))
         if len({job.id for job in self.arrivals}) != len(self.arrivals):
@@ -309,7 +292,17 @@ class Simulation:
             gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
             start=self.start,
         )
-        self.checker = PassChecker(configuration) if check else None
+        self.checker = (
+            PassChecker(
+                configuration.name,
+                capacity=self.capacity,
+                shares=self.shares,
+                plans=self.plans,
+                drain_seconds=configuration.plan_drain_seconds,
+            )
+            if check
+            else None
+        )
 
     def _all_types(self) -> set[str]:
         types = set(self.capacity)
@@ -548,7 +541,7 @@ class Simulation:
         instance_type, count, plan, placed_at = outcome.placement
         self.meter.change(at, job.share_id, instance_type, plan, -count)
         if self.checker is not None:
-            self.checker.release(outcome.job.share, instance_type, plan, count)
+            self.checker.release(job.share_id, instance_type, plan, count)
         outcome.placement = None
         ran = max(0.0, at - placed_at - self.startup)
         return ran * count * self.config.gpus_of(instance_type)
@@ -735,9 +728,7 @@ class Simulation:
         for admission in decisions.admissions:
             self._admit(admission, index, now)
         if self.checker is not None:
-            self.checker.check(
-                index=index, now=now, plans=self.config.plans, drain_seconds=self.config.plan_drain_seconds
-            )
+            self.checker.check(index=index, now=now, moment=to_datetime(now))
         return bool(decisions.admissions or decisions.preemptions or decisions.drains or decisions.timeouts)
 
     def _admit(self, admission, index: int, now: float) -> None:
@@ -774,7 +765,7 @@ class Simulation:
         )
         if self.checker is not None:
             self.checker.hold(
-                job.share, admission.instance_type, admission.training_plan, admission.instance_count
+                waiting.share_id, admission.instance_type, admission.training_plan, admission.instance_count
             )
         if job.duration is not None:
             heapq.heappush(self.completions, (now + self.startup + job.duration, job.id, outcome.attempt))
@@ -838,11 +829,6 @@ class Simulation:
         if outcome is None or outcome.placement is None:
             raise InvariantViolation(f"pass {index}: {what} of job {job_id}, which holds no capacity")
         return outcome
-
-
-def pending_too_long(job: Job, now: datetime) -> bool:
-    """The engine's PENDING_TIMEOUT rule on the same datetimes: the replay knows which jobs it will fail."""
-    return now - (job.runnable_since or job.submitted_at) > timedelta(seconds=job.max_pending_seconds)
 
 
 def simulate(
