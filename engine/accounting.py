@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from engine.ceilings import lends
 from engine.types import Strategy
 
 FREE_POOL = 0  # lender id of the capacity no share owns
@@ -91,7 +92,7 @@ def share_usage(
         borrowed = {s: max(0, used[s] - limit[s]) for s in share_ids}
         idle = {s: max(0, limit[s] - used[s]) for s in share_ids}
         total_borrowed = sum(borrowed.values())
-        lenders = [s for s in share_ids if Strategy(strategies.get(s, Strategy.RESERVE)) != Strategy.RESERVE]
+        lenders = [s for s in share_ids if lends(strategies.get(s, Strategy.RESERVE))]
         from_pool, lent = lent_of_type(capacity=cap, limit=limit, used=used, lenders=lenders)
         sources = {FREE_POOL: from_pool, **{s: n for s, n in lent.items() if n}}
         for borrower in share_ids:
