@@ -59,24 +59,24 @@ class Holding:
 class TypeLedger:
     """Sums over all shares for one instance type.
 
-    used = sum of usage (invariant A), committed = sum of max(usage, reserved) (invariant B), borrowed = sum
-    of usage above limits, reclaimable = victim usage of shares over their limit (an upper bound on what
-    reclaim can free).
+    used = sum of usage (invariant A), in_use_or_reserved = sum of max(usage, reserved) (invariant B),
+    borrowed = sum of usage above limits, reclaimable = victim usage of shares over their limit (an upper
+    bound on what reclaim can free).
     """
 
-    __slots__ = ("instance_type", "capacity", "used", "committed", "borrowed", "reclaimable")
+    __slots__ = ("instance_type", "capacity", "used", "in_use_or_reserved", "borrowed", "reclaimable")
 
     def __init__(self, instance_type: str, capacity: int):
         self.instance_type = instance_type
         self.capacity = capacity
         self.used = 0
-        self.committed = 0
+        self.in_use_or_reserved = 0
         self.borrowed = 0
         self.reclaimable = 0
 
     @property
     def broken(self) -> bool:
-        return self.committed > self.capacity or self.used > self.capacity
+        return self.in_use_or_reserved > self.capacity or self.used > self.capacity
 
 
 class FailureMemo:
@@ -164,7 +164,7 @@ class WorkingState:
         if holding is None:
             holding = self.holdings[share_id, instance_type] = Holding(self.shares[share_id], instance_type)
             # An idle RESERVE share still commits its limit (invariant B).
-            self.ledger(instance_type).committed += holding.reserved
+            self.ledger(instance_type).in_use_or_reserved += holding.reserved
         return holding
 
     def holdings_of_type(self, instance_type: str) -> list[Holding]:
@@ -225,7 +225,7 @@ class WorkingState:
         ledger = self.ledgers[holding.instance_type]
         holding.victim_usage = holding.usage
         ledger.used += holding.usage
-        ledger.committed += max(holding.usage, holding.reserved) - holding.reserved
+        ledger.in_use_or_reserved += max(holding.usage, holding.reserved) - holding.reserved
         ledger.borrowed += holding.borrowed
         if holding.over_limit:
             ledger.reclaimable += holding.victim_usage
@@ -245,13 +245,13 @@ class WorkingState:
         ledger = self.ledgers[holding.instance_type]
         # A placement can put a share over its limit and so make its jobs reclaimable.
         self.no_preemption.forget(holding.instance_type)
-        committed = max(holding.usage, holding.reserved)
+        in_use_or_reserved = max(holding.usage, holding.reserved)
         borrowed = holding.borrowed
         reclaimable = holding.victim_usage if holding.over_limit else 0
         holding.usage += usage_delta
         holding.victim_usage += victim_delta
         ledger.used += usage_delta
-        ledger.committed += max(holding.usage, holding.reserved) - committed
+        ledger.in_use_or_reserved += max(holding.usage, holding.reserved) - in_use_or_reserved
         ledger.borrowed += holding.borrowed - borrowed
         ledger.reclaimable += (holding.victim_usage if holding.over_limit else 0) - reclaimable
         self.share_usage[holding.share.id] += usage_delta

@@ -133,7 +133,7 @@ def _placed_jobs(
     now: datetime,
 ) -> list[Job]:
     usage: dict[tuple[int, str], int] = {}
-    committed = {
+    in_use_or_reserved = {
         name: sum(reserved_capacity(s.strategy, s.limits.get(name, 0)) for s in shares) for name in capacity
     }
     plan_use = dict.fromkeys((p.name for p in plans), 0)
@@ -164,10 +164,10 @@ def _placed_jobs(
                 continue
             reserved = reserved_capacity(share.strategy, limit)
             change = max(before + n, reserved) - max(before, reserved)
-            if committed[instance_type] + change > capacity[instance_type]:
+            if in_use_or_reserved[instance_type] + change > capacity[instance_type]:
                 continue
             usage[share.id, instance_type] = before + n
-            committed[instance_type] += change
+            in_use_or_reserved[instance_type] += change
             plan_name = None
         jobs.append(_placed_job(rng, len(jobs) + 1, share, instance_type, n, plan_name, now))
     return jobs

@@ -5,10 +5,11 @@ boundaries, pending-timeout deadlines and pass ticks. Passes run on a clock (eve
 from `start`, or at the given `pass_times`); whatever happened since the last pass is seen by the next one,
 which is how the live system batches a burst of submissions into the pass that follows.
 
-After each pass its decisions are applied exactly as `scheduling.passes.snapshot.decisions_write` writes them: drains
-first, then preemptions, timeouts and admissions. An admitted job is RUNNING at once (plus `startup_seconds`,
-like the simulated executor) and completes `duration` seconds later; a preempted or drained job goes back to
-RUNNABLE keeping its submission time, and its work is thrown away: it restarts from zero when placed again.
+After each pass its decisions are applied exactly as `scheduling.passes.snapshot.decisions_write` writes
+them: drains first, then preemptions, timeouts and admissions. An admitted job is RUNNING at once (plus
+`startup_seconds`, like the simulated executor) and completes `duration` seconds later; a preempted or
+drained job goes back to RUNNABLE keeping its submission time, and its work is thrown away: it restarts from
+zero when placed again.
 
 A pass is skipped only when it provably decides nothing: the previous pass decided nothing and no event has
 happened since. The engine reads `now` only for plan windows and pending timeouts, and both are events here,
@@ -16,6 +17,9 @@ so such a pass would see the same snapshot and make the same (empty) decisions. 
 events nobody waiting can use, and gives the engine smaller snapshots that lead to the same decisions. Pass
 indexes stay those of the clock, so the record of a replay is the record of a live system passing at every
 tick.
+
+The loop asks one decider for each pass: `WholeQueueDecider`, the plain replay (the whole queue's snapshot to
+`engine.schedule`), or `shortcuts.ShortcutDecider`, which falls back to it wherever its proofs do not hold.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import heapq
 import math
 import time as wallclock
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from engine import (
@@ -39,22 +43,16 @@ from engine import (
     Strategy,
     schedule,
 )
-from engine.housekeeping import pending_too_long
 
 from .config import EPOCH, MAX_PREFERENCES, Configuration, entry_problem, to_datetime, validate
 from .invariants import InvariantViolation, PassChecker
 from .meter import UsageMeter
 from .shortcuts import (
-    BORROWED,
-    CUT,
-    EXACT,
-    GROUPS,
-    MAX_ATTEMPTS,
     PlacedJobs,
     ReducedSnapshot,
     Reducer,
     RunnableGroups,
-    same_decisions,
+    ShortcutDecider,
     saturation_key,
 )
 
@@ -150,7 +148,7 @@ class ReplayStats:
     passes_preempting: int = 0
     passes_whole: int = 0
     reduced_retries: int = 0
-    # why a pass that preempts was run again: verdicts of `Reducer.preemption_verdict` other than EXACT
+    # why a pass that preempts was run again: `shortcuts.Verdict` values other than "exact"
     preempting_retries: dict[str, int] = field(default_factory=dict)
     passes_skipped_after_events: int = 0
     wall_seconds: float = 0.0
@@ -203,6 +201,41 @@ class PassClock:
         ticks = (moment - self.origin) / self.interval
         index = math.floor(ticks) + 1 if strictly_after else math.ceil(ticks)
         return max(0, index)
+
+
+class Snapshots:
+    """The engine's snapshot of the simulation's queue at a pass: whole, or reduced by the shortcuts."""
+
+    def __init__(self, simulation: Simulation):
+        self.simulation = simulation
+
+    def whole(self, now: float) -> Snapshot:
+        return self.of(now, self.simulation.unfinished.values())
+
+    def of(self, now: float, jobs: Iterable[Job], reduced: ReducedSnapshot | None = None) -> Snapshot:
+        sim = self.simulation
+        return Snapshot(
+            now=to_datetime(now),
+            capacity=sim.capacity if reduced is None else reduced.capacity,
+            shares=sim.shares if reduced is None else reduced.shares,
+            jobs=tuple(jobs),
+            plans=sim.plans,
+            ordering=sim.config.ordering,
+            plan_drain_seconds=sim.config.plan_drain_seconds,
+        )
+
+
+class WholeQueueDecider:
+    """The plain replay: each pass is the engine's decisions on the whole queue's snapshot."""
+
+    def __init__(self, schedule: ScheduleFunction, snapshots: Snapshots, stats: ReplayStats):
+        self.schedule = schedule
+        self.snapshots = snapshots
+        self.stats = stats
+
+    def decide(self, index: int, now: float) -> Decisions:
+        self.stats.passes_whole += 1
+        return self.schedule(self.snapshots.whole(now))
 
 
 class Simulation:
@@ -282,8 +315,22 @@ class Simulation:
         self.waiting_on_plan: dict[str, set[tuple]] = {}
         self.saturated: set[tuple] = set()
         self.needs_pass = False
-        self.reducer = Reducer(shares=self.share_by_id, capacity=self.capacity, plans=self.plans, epoch=EPOCH)
         self.stats = ReplayStats()
+        self.snapshots = Snapshots(self)
+        whole = WholeQueueDecider(self.schedule, self.snapshots, self.stats)
+        self.decider: WholeQueueDecider | ShortcutDecider = (
+            ShortcutDecider(
+                whole,
+                Reducer(shares=self.share_by_id, capacity=self.capacity, plans=self.plans, epoch=EPOCH),
+                unfinished=self.unfinished,
+                placed=self.placed,
+                groups=self.groups,
+                timeout_watch=self.timeout_watch,
+                verify=verify_shortcuts,
+            )
+            if shortcuts
+            else whole
+        )
         self.meter = UsageMeter(
             share_ids=[share.id for share in self.shares],
             capacity=self.capacity,
@@ -341,7 +388,7 @@ class Simulation:
                 continue
             tick = wallclock.perf_counter()
             preempting, whole = stats.passes_preempting, stats.passes_whole
-            decisions = self._decide(index, now)
+            decisions = self.decider.decide(index, now)
             spent = wallclock.perf_counter() - tick
             stats.engine_seconds += spent
             kind = (
@@ -583,85 +630,8 @@ class Simulation:
 
     # --- a pass ------------------------------------------------------------------------------------------
 
-    def _snapshot(self, now: float, jobs, reduced: ReducedSnapshot | None = None) -> Snapshot:
-        return Snapshot(
-            now=to_datetime(now),
-            capacity=self.capacity if reduced is None else reduced.capacity,
-            shares=self.shares if reduced is None else reduced.shares,
-            jobs=tuple(jobs),
-            plans=self.plans,
-            ordering=self.config.ordering,
-            plan_drain_seconds=self.config.plan_drain_seconds,
-        )
-
-    def _decide(self, index: int, now: float) -> Decisions:
-        """The engine's decisions for the whole queue: on a reduced snapshot when provably the same."""
-        decisions = self._decide_reduced(now) if self.shortcuts else None
-        if decisions is None:
-            self.stats.passes_whole += 1
-            decisions = self.schedule(self._snapshot(now, self.unfinished.values()))
-        elif self.verify:
-            whole = self.schedule(self._snapshot(now, self.unfinished.values()))
-            difference = same_decisions(decisions, whole)
-            if difference is not None:
-                raise AssertionError(f"shortcut changed pass {index} at {now}: {difference}")
-        return decisions
-
-    def _decide_reduced(self, now: float) -> Decisions | None:
-        """Shortcuts 1-3 of `simulator.shortcuts`; None when only the whole snapshot will do."""
-        moment = to_datetime(now)
-        due = {job_id for job_id in self.timeout_watch if pending_too_long(self.unfinished[job_id], moment)}
-        takes: dict = {}
-        for _ in range(MAX_ATTEMPTS):
-            reduced = self.reducer.jobs(
-                unfinished=self.unfinished, placed=self.placed, groups=self.groups, due=due, takes=takes
-            )
-            decisions = self.schedule(self._snapshot(now, reduced.jobs, reduced))
-            exact, widen = self.reducer.verdict(
-                decisions, reduced, unfinished=self.unfinished, groups=self.groups
-            )
-            if exact:
-                self.stats.passes_reduced += 1
-                return decisions
-            self.stats.reduced_retries += 1
-            if widen is None:
-                break
-            takes.update(widen)
-        else:
-            return None
-        leave_out_stuck, split, borrowing, cut_groups = True, True, frozenset(), True
-        while True:
-            preempting = self.reducer.jobs_for_preemption(
-                unfinished=self.unfinished,
-                placed=self.placed,
-                groups=self.groups,
-                due=due,
-                leave_out_stuck=leave_out_stuck,
-                split=split,
-                borrowing=borrowing,
-                cut_groups=cut_groups,
-            )
-            decisions = self.schedule(self._snapshot(now, preempting.jobs, preempting))
-            verdict, borrowed = self.reducer.preemption_verdict(decisions, preempting)
-            if verdict == EXACT:
-                self.stats.passes_preempting += 1
-                return decisions
-            retries = self.stats.preempting_retries
-            retries[verdict] = retries.get(verdict, 0) + 1
-            if verdict == CUT:
-                split = False
-            elif verdict == BORROWED:
-                borrowing |= borrowed
-            elif verdict == GROUPS:
-                cut_groups = False
-            elif preempting.stuck:  # STUCK, or WHOLE with stuck groups left out: first run it with them
-                leave_out_stuck = False
-            else:
-                return None
-            self.stats.reduced_retries += 1
-
     def _verify_nothing_to_decide(self, index: int, now: float) -> None:
-        decisions = self.schedule(self._snapshot(now, self.unfinished.values()))
+        decisions = self.schedule(self.snapshots.whole(now))
         if decisions.admissions or decisions.preemptions or decisions.drains or decisions.timeouts:
             raise AssertionError(
                 f"shortcut skipped pass {index} at {now}, which decides "
