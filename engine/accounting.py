@@ -1,9 +1,9 @@
 """Who lends to whom: per share and type, usage against limit, borrowed, lent, and the loans between shares.
 
-Borrowed capacity is pooled, so a loan has no single lender. The free pool (capacity no share owns) is counted
-as lent first; what borrowers hold beyond it comes out of the idle capacity of LEND and LEND_AND_BORROW shares,
-shared among them in proportion to their idle capacity (largest remainder, ties by share id), and each
-borrower's part is split over the lenders the same way. RESERVE shares never lend.
+Borrowed capacity is pooled, so a loan has no single lender. The free pool (capacity no share owns) is
+counted as lent first; what borrowers hold beyond it comes out of the idle capacity of LEND and
+LEND_AND_BORROW shares, shared among them in proportion to their idle capacity (largest remainder, ties by
+share id), and each borrower's part is split over the lenders the same way. RESERVE shares never lend.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from engine.ceilings import lends
 from engine.types import Strategy
 
 FREE_POOL = 0  # lender id of the capacity no share owns
@@ -46,7 +47,7 @@ class TypeUsage:
 
 
 def apportion(total: int, weights: Mapping[int, int]) -> dict[int, int]:
-    """Split `total` over keys in proportion to `weights` (largest remainder; ties by key), capped by weight."""
+    """Split `total` over keys by `weights` (largest remainder, ties by key), capped by weight."""
     pool = sum(weights.values())
     if total <= 0 or pool <= 0:
         return {key: 0 for key in weights}
@@ -77,7 +78,7 @@ def share_usage(
     strategies: Mapping[int, Strategy | str],
     usage: Mapping[tuple[int, str], int],
 ) -> tuple[list[ShareTypeUsage], list[Loan], list[TypeUsage]]:
-    """Rows per (share, type) for every type a share has a limit for or uses, the loans, and per-type totals."""
+    """Rows per (share, type) for each type a share has a limit on or uses, the loans, and per-type totals."""
     types = sorted(set(capacity) | {t for share_limits in limits.values() for t in share_limits}
                    | {t for _, t in usage})
     share_ids = sorted(set(limits) | set(strategies) | {s for s, _ in usage})
@@ -91,7 +92,7 @@ def share_usage(
         borrowed = {s: max(0, used[s] - limit[s]) for s in share_ids}
         idle = {s: max(0, limit[s] - used[s]) for s in share_ids}
         total_borrowed = sum(borrowed.values())
-        lenders = [s for s in share_ids if Strategy(strategies.get(s, Strategy.RESERVE)) != Strategy.RESERVE]
+        lenders = [s for s in share_ids if lends(strategies.get(s, Strategy.RESERVE))]
         from_pool, lent = lent_of_type(capacity=cap, limit=limit, used=used, lenders=lenders)
         sources = {FREE_POOL: from_pool, **{s: n for s, n in lent.items() if n}}
         for borrower in share_ids:

@@ -8,21 +8,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .types import PLACED_STATUSES, UNLIMITED, Job, JobStatus, Placement, Plan, Share, Snapshot, Strategy
-
-
-def share_ceiling(share: Share, limit: int) -> int | None:
-    """Invariant C: RESERVE and LEND stop at their limit, LEND_AND_BORROW at limit * (1 + borrow_limit %)."""
-    if share.strategy != Strategy.LEND_AND_BORROW:
-        return limit
-    if share.borrow_limit == UNLIMITED:
-        return None
-    return limit + limit * max(0, share.borrow_limit) // 100
-
-
-def reserved_capacity(share: Share, limit: int) -> int:
-    """Idle capacity of a RESERVE share is never lent: reserved(S,T) is its limit, 0 for other strategies."""
-    return limit if share.strategy == Strategy.RESERVE else 0
+from .ceilings import reserved_capacity, share_ceiling
+from .types import PLACED_STATUSES, Job, JobStatus, Placement, Plan, Share, Snapshot
 
 
 def victim_key(job: Job, placement: Placement) -> tuple[int, float, int]:
@@ -53,8 +40,8 @@ class Holding:
         self.share = share
         self.instance_type = instance_type
         self.limit = share.limits.get(instance_type, 0)
-        self.reserved = reserved_capacity(share, self.limit)
-        self.ceiling = share_ceiling(share, self.limit)
+        self.reserved = reserved_capacity(share.strategy, self.limit)
+        self.ceiling = share_ceiling(share.strategy, self.limit, share.borrow_limit)
         self.usage = 0
         self.victims: list[Job] = []
         self.victim_usage = 0
@@ -72,24 +59,24 @@ class Holding:
 class TypeLedger:
     """Sums over all shares for one instance type.
 
-    used = sum of usage (invariant A), committed = sum of max(usage, reserved) (invariant B), borrowed = sum
-    of usage above limits, reclaimable = victim usage of shares over their limit (an upper bound on what
-    reclaim can free).
+    used = sum of usage (invariant A), in_use_or_reserved = sum of max(usage, reserved) (invariant B),
+    borrowed = sum of usage above limits, reclaimable = victim usage of shares over their limit (an upper
+    bound on what reclaim can free).
     """
 
-    __slots__ = ("instance_type", "capacity", "used", "committed", "borrowed", "reclaimable")
+    __slots__ = ("instance_type", "capacity", "used", "in_use_or_reserved", "borrowed", "reclaimable")
 
     def __init__(self, instance_type: str, capacity: int):
         self.instance_type = instance_type
         self.capacity = capacity
         self.used = 0
-        self.committed = 0
+        self.in_use_or_reserved = 0
         self.borrowed = 0
         self.reclaimable = 0
 
     @property
     def broken(self) -> bool:
-        return self.committed > self.capacity or self.used > self.capacity
+        return self.in_use_or_reserved > self.capacity or self.used > self.capacity
 
 
 class FailureMemo:
@@ -177,7 +164,7 @@ class WorkingState:
         if holding is None:
             holding = self.holdings[share_id, instance_type] = Holding(self.shares[share_id], instance_type)
             # An idle RESERVE share still commits its limit (invariant B).
-            self.ledger(instance_type).committed += holding.reserved
+            self.ledger(instance_type).in_use_or_reserved += holding.reserved
         return holding
 
     def holdings_of_type(self, instance_type: str) -> list[Holding]:
@@ -238,7 +225,7 @@ class WorkingState:
         ledger = self.ledgers[holding.instance_type]
         holding.victim_usage = holding.usage
         ledger.used += holding.usage
-        ledger.committed += max(holding.usage, holding.reserved) - holding.reserved
+        ledger.in_use_or_reserved += max(holding.usage, holding.reserved) - holding.reserved
         ledger.borrowed += holding.borrowed
         if holding.over_limit:
             ledger.reclaimable += holding.victim_usage
@@ -258,13 +245,13 @@ class WorkingState:
         ledger = self.ledgers[holding.instance_type]
         # A placement can put a share over its limit and so make its jobs reclaimable.
         self.no_preemption.forget(holding.instance_type)
-        committed = max(holding.usage, holding.reserved)
+        in_use_or_reserved = max(holding.usage, holding.reserved)
         borrowed = holding.borrowed
         reclaimable = holding.victim_usage if holding.over_limit else 0
         holding.usage += usage_delta
         holding.victim_usage += victim_delta
         ledger.used += usage_delta
-        ledger.committed += max(holding.usage, holding.reserved) - committed
+        ledger.in_use_or_reserved += max(holding.usage, holding.reserved) - in_use_or_reserved
         ledger.borrowed += holding.borrowed - borrowed
         ledger.reclaimable += (holding.victim_usage if holding.over_limit else 0) - reclaimable
         self.share_usage[holding.share.id] += usage_delta

@@ -68,11 +68,11 @@ def within_share_ceiling(holding: Holding, usage_after: int) -> bool:
 
 
 def within_lendable_capacity(
-    ledger: TypeLedger, holding: Holding, committed: int, usage_before: int, usage_after: int
+    ledger: TypeLedger, holding: Holding, in_use_or_reserved: int, usage_before: int, usage_after: int
 ) -> bool:
     """Invariant B: the sum over shares of max(usage, reserved) stays within capacity (RESERVE idle kept)."""
     change = max(usage_after, holding.reserved) - max(usage_before, holding.reserved)
-    return committed + change <= ledger.capacity
+    return in_use_or_reserved + change <= ledger.capacity
 
 
 def on_demand_entry_fits(state: WorkingState, share_id: int, entry: Entry) -> bool:
@@ -82,7 +82,7 @@ def on_demand_entry_fits(state: WorkingState, share_id: int, entry: Entry) -> bo
     if not within_share_ceiling(holding, usage_after):
         return False
     ledger = state.ledgers[entry.instance_type]
-    return within_lendable_capacity(ledger, holding, ledger.committed, holding.usage, usage_after)
+    return within_lendable_capacity(ledger, holding, ledger.in_use_or_reserved, holding.usage, usage_after)
 
 
 def entry_fits_without_preemption(state: WorkingState, share_id: int, entry: Entry) -> bool:

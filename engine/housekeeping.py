@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from . import messages
 from .capacity import WorkingState, victim_key
@@ -36,23 +36,24 @@ def drain_expiring_plans(state: WorkingState, decisions: Decisions) -> list[Job]
     return drained
 
 
-def pending_too_long(job: Job, state: WorkingState) -> bool:
-    """A RUNNABLE job fails once now - (runnable_since or submitted_at) exceeds its max_pending_seconds."""
+def pending_for(job: Job, now: datetime) -> timedelta:
+    """A job has been pending since it last became RUNNABLE (submission, preemption, retry or plan drain)."""
+    return now - (job.runnable_since or job.submitted_at)
+
+
+def pending_too_long(job: Job, now: datetime) -> bool:
+    """A RUNNABLE job fails once it has been pending longer than its max_pending_seconds."""
     if job.max_pending_seconds is None:
         return False
-    return state.now - (job.runnable_since or job.submitted_at) > timedelta(seconds=job.max_pending_seconds)
+    return pending_for(job, now) > timedelta(seconds=job.max_pending_seconds)
 
 
 def time_out_pending_jobs(state: WorkingState, decisions: Decisions) -> set[int]:
     """RUNNABLE jobs of the snapshot waiting more than their max_pending_seconds fail (PENDING_TIMEOUT)."""
     timed_out: set[int] = set()
     for job in state.jobs:
-        if (
-            job.max_pending_seconds is not None
-            and job.status == JobStatus.RUNNABLE
-            and pending_too_long(job, state)
-        ):
-            waited = int((state.now - (job.runnable_since or job.submitted_at)).total_seconds())
+        if job.status == JobStatus.RUNNABLE and pending_too_long(job, state.now):
+            waited = int(pending_for(job, state.now).total_seconds())
             decisions.timeouts.append(
                 Timeout(
                     job_id=job.id,

@@ -27,7 +27,7 @@ from .types import Decisions, Entry, Job, Preemption, PreemptionKind
 class VictimSet:
     """The entry's instance type as it would be once the victims chosen so far are gone."""
 
-    __slots__ = ("state", "holding", "ledger", "count", "usage", "committed")
+    __slots__ = ("state", "holding", "ledger", "count", "usage", "in_use_or_reserved")
 
     def __init__(self, state: WorkingState, holding: Holding, count: int):
         self.state = state
@@ -35,7 +35,7 @@ class VictimSet:
         self.ledger = state.ledgers[holding.instance_type]
         self.count = count
         self.usage: dict[int, int] = {}
-        self.committed = self.ledger.committed
+        self.in_use_or_reserved = self.ledger.in_use_or_reserved
 
     def usage_of(self, holding: Holding) -> int:
         return self.usage.get(holding.share.id, holding.usage)
@@ -53,7 +53,7 @@ class VictimSet:
         holding = self.state.holding(victim.share_id, self.holding.instance_type)
         before = self.usage_of(holding)
         after = self.usage[victim.share_id] = before + change
-        self.committed += max(after, holding.reserved) - max(before, holding.reserved)
+        self.in_use_or_reserved += max(after, holding.reserved) - max(before, holding.reserved)
 
     def makes_room(self, *, may_borrow: bool) -> bool:
         """Room: invariant B holds once placed, and the share ends within its limit (or its borrow limit)."""
@@ -63,7 +63,7 @@ class VictimSet:
             may_borrow and within_share_ceiling(self.holding, usage_after)
         )
         return share_rule_holds and within_lendable_capacity(
-            self.ledger, self.holding, self.committed, usage, usage_after
+            self.ledger, self.holding, self.in_use_or_reserved, usage, usage_after
         )
 
 
@@ -132,7 +132,9 @@ def preemption_may_make_room(state: WorkingState, job: Job, entry: Entry) -> boo
         if not in_share or not within_share_ceiling(holding, usage_after):
             return False
         reclaim = 0
-    return within_lendable_capacity(ledger, holding, ledger.committed - reclaim, holding.usage, usage_after)
+    return within_lendable_capacity(
+        ledger, holding, ledger.in_use_or_reserved - reclaim, holding.usage, usage_after
+    )
 
 
 def minimal_victims(

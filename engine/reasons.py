@@ -112,7 +112,8 @@ class PendingReasons:
             if holding.share.in_share_preemption:
                 reason += ", " + self.why_preemption_cannot_help(job, entry)
             return reason
-        if not within_lendable_capacity(ledger, holding, ledger.committed, holding.usage, usage_after):
+        in_use_or_reserved = ledger.in_use_or_reserved
+        if not within_lendable_capacity(ledger, holding, in_use_or_reserved, holding.usage, usage_after):
             return (
                 self.capacity_reason(ledger, holding, usage_after)
                 + ", "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
-from .capacity import reserved_capacity, share_ceiling
+from .ceilings import reserved_capacity, share_ceiling
 from .types import UNLIMITED, Entry, Job, JobStatus, Placement, Plan, Share, Snapshot, Strategy
 
 SYNTHETIC_NOW = datetime(2025, 6, 2, 12, 0, tzinfo=UTC)
@@ -133,7 +133,9 @@ def _placed_jobs(
     now: datetime,
 ) -> list[Job]:
     usage: dict[tuple[int, str], int] = {}
-    committed = {name: sum(reserved_capacity(s, s.limits.get(name, 0)) for s in shares) for name in capacity}
+    in_use_or_reserved = {
+        name: sum(reserved_capacity(s.strategy, s.limits.get(name, 0)) for s in shares) for name in capacity
+    }
     plan_use = dict.fromkeys((p.name for p in plans), 0)
     usable_plans = [p for p in plans if p.start_time <= now and p.end_time - now > timedelta(hours=1)]
     jobs: list[Job] = []
@@ -157,15 +159,15 @@ def _placed_jobs(
             instance_type = rng.choice(sorted(capacity) if borrows else sorted(share.limits))
             limit = share.limits.get(instance_type, 0)
             before = usage.get((share.id, instance_type), 0)
-            ceiling = share_ceiling(share, limit)
+            ceiling = share_ceiling(share.strategy, limit, share.borrow_limit)
             if ceiling is not None and before + n > ceiling:
                 continue
-            reserved = reserved_capacity(share, limit)
+            reserved = reserved_capacity(share.strategy, limit)
             change = max(before + n, reserved) - max(before, reserved)
-            if committed[instance_type] + change > capacity[instance_type]:
+            if in_use_or_reserved[instance_type] + change > capacity[instance_type]:
                 continue
             usage[share.id, instance_type] = before + n
-            committed[instance_type] += change
+            in_use_or_reserved[instance_type] += change
             plan_name = None
         jobs.append(_placed_job(rng, len(jobs) + 1, share, instance_type, n, plan_name, now))
     return jobs

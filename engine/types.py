@@ -1,7 +1,8 @@
 """The scheduler's vocabulary: a snapshot of one job queue in, decisions out.
 
 Plain frozen dataclasses with no Django import, so the engine can be tested, benchmarked and replayed in
-the simulator on its own. `scheduling.passes.snapshot` is the one place that translates ORM rows to and from these.
+the simulator on its own. `scheduling.passes.snapshot` is the one place that translates ORM rows to and
+from these.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ from datetime import datetime
 from django.core.exceptions import ValidationError
 from django.db.models import Sum
 
+import engine
+from engine import ceilings, submission
+from engine.invariants import limits_fit_capacity
+from engine.submission import NeverRuns
 from scheduling.models import (
     MAX_PAYLOAD_BYTES,
     MAX_PREFERENCES,
@@ -121,7 +125,7 @@ def validate_quota_share(
                                             f"no {type_.name} capacity")
             continue
         taken = others.get(type_.pk, 0)
-        if taken + limit.max_capacity > available:
+        if not limits_fit_capacity(taken + limit.max_capacity, available):
             _add(errors, "capacity_limits",
                  f"{type_.name}: limits would total {taken + limit.max_capacity} but the environment has "
                  f"{available} (other shares hold {taken}, so at most {max(0, available - taken)} is left)")
@@ -139,7 +143,7 @@ def validate_environment_capacity(*, job_queue: JobQueue | None, capacities: dic
         by_id = {type_.pk: (type_, maximum) for type_, maximum in capacities.items()}
         for type_id, total in sorted(sums.items()):
             type_, maximum = by_id.get(type_id, (None, 0))
-            if maximum < total:
+            if not limits_fit_capacity(total, maximum):
                 name = type_.name if type_ else InstanceType.objects.get(pk=type_id).name
                 _add(errors, "capacity_limits",
                      f"{name}: the shares of queue {job_queue.name} hold limits totalling {total}, so capacity "
@@ -181,25 +185,27 @@ class PreferenceInput:
     training_plan: TrainingPlan | None = None
 
 
-def share_ceiling(*, share: QuotaShare, instance_type_id: int, capacity: dict[int, int],
-                  limits_by_share: dict[int, dict[int, int]], strategies: dict[int, str]) -> tuple[int, str]:
-    """The most instances of a type the share could ever hold on-demand, and why that many (SPEC 2)."""
+def most_held(*, share: QuotaShare, instance_type_id: int, capacity: dict[int, int],
+              limits_by_share: dict[int, dict[int, int]], strategies: dict[int, str]) -> tuple[int, str]:
+    """The most of a type the share could ever hold on demand (`ceilings.most_ever_held`), and why."""
     own = limits_by_share.get(share.pk, {}).get(instance_type_id, 0)
     total = capacity.get(instance_type_id, 0)
-    if share.strategy != QuotaShare.Strategy.LEND_AND_BORROW:
-        return own, f"limit {own}, {share.strategy} cannot borrow"
-    reserved_elsewhere = sum(
-        limits.get(instance_type_id, 0)
+    reserved_by_others = sum(
+        ceilings.reserved_capacity(strategies.get(share_id, ""), limits.get(instance_type_id, 0))
         for share_id, limits in limits_by_share.items()
-        if share_id != share.pk and strategies.get(share_id) == QuotaShare.Strategy.RESERVE
+        if share_id != share.pk
     )
-    lendable = max(0, total - reserved_elsewhere)
-    if share.borrow_limit == -1:
-        return lendable, f"limit {own} plus borrowing, and {total - lendable} of {total} are reserved by RESERVE shares"
-    cap = own + own * share.borrow_limit // 100
+    lendable = ceilings.lendable_beside(total, reserved_by_others)
+    most = ceilings.most_ever_held(share.strategy, own, share.borrow_limit, lendable=lendable)
+    if share.strategy != QuotaShare.Strategy.LEND_AND_BORROW:
+        return most, f"limit {own}, {share.strategy} cannot borrow"
+    cap = ceilings.borrow_cap(own, share.borrow_limit)
+    if cap is None:
+        return most, (f"limit {own} plus borrowing, and {total - lendable} of {total} are reserved by RESERVE "
+                      f"shares")
     if cap <= lendable:
-        return cap, f"limit {own} plus borrow limit {share.borrow_limit}%"
-    return lendable, f"{total - lendable} of {total} are reserved by RESERVE shares"
+        return most, f"limit {own} plus borrow limit {share.borrow_limit}%"
+    return most, f"{total - lendable} of {total} are reserved by RESERVE shares"
 
 
 def validate_job_target(*, job_queue: JobQueue, quota_share: QuotaShare) -> None:
@@ -230,14 +236,10 @@ def validate_preferences(
     ).values_list("quota_share_id", "instance_type_id", "max_capacity"):
         limits_by_share.setdefault(share_id, {})[type_id] = maximum
     strategies = dict(QuotaShare.objects.filter(job_queue=job_queue).values_list("id", "strategy"))
-    open_plans = {
-        plan_id for plan_id in TrainingPlan.quota_shares.through.objects.filter(
-            trainingplan__job_queue=job_queue).values_list("trainingplan_id", flat=True)
-    }
-    plans_open_to_share = set(
-        TrainingPlan.quota_shares.through.objects.filter(quotashare_id=quota_share.pk)
-        .values_list("trainingplan_id", flat=True)
-    )
+    shares_of_plan: dict[int, set[int]] = {}
+    for plan_id, share_id in TrainingPlan.quota_shares.through.objects.filter(
+            trainingplan__job_queue=job_queue).values_list("trainingplan_id", "quotashare_id"):
+        shares_of_plan.setdefault(plan_id, set()).add(share_id)
     seen: dict[tuple[int, int | None], int] = {}
     for index, entry in enumerate(entries):
         at = f"{field}[{index}]"
@@ -256,34 +258,48 @@ def validate_preferences(
         if plan is not None:
             if plan.job_queue_id != job_queue.pk:
                 _add(errors, f"{at}.training_plan", f"plan {plan.name} belongs to another queue")
-            elif plan.instance_type_id != type_.pk:
+                continue
+            problem = submission.plan_entry_never_runs(
+                engine.Entry(type_.name, entry.instance_count, plan.name),
+                _engine_plan(plan, type_, shares_of_plan.get(plan.pk, ())),
+                share_id=quota_share.pk, now=now)
+            if problem == NeverRuns.PLAN_OF_OTHER_TYPE:
                 _add(errors, f"{at}.training_plan",
                      f"plan {plan.name} reserves {plan.instance_type.name}, not {type_.name}")
-            elif plan.status_at(now) == TrainingPlan.Status.EXPIRED:
+            elif problem == NeverRuns.PLAN_ENDED:
                 _add(errors, f"{at}.training_plan", f"plan {plan.name} expired at {plan.end_time:%Y-%m-%d %H:%M} UTC")
-            elif plan.pk in open_plans and plan.pk not in plans_open_to_share:
+            elif problem == NeverRuns.PLAN_CLOSED_TO_SHARE:
                 _add(errors, f"{at}.training_plan", f"plan {plan.name} is not open to share {quota_share.name}")
-            elif entry.instance_count > plan.instance_count:
+            elif problem == NeverRuns.ABOVE_PLAN:
                 _add(errors, f"{at}.instance_count",
                      f"{type_.name} x{entry.instance_count} can never run on plan {plan.name}, which reserves "
                      f"{plan.instance_count}")
             continue
         total = capacity.get(type_.pk)
-        if total is None:
+        ceiling, why = most_held(share=quota_share, instance_type_id=type_.pk, capacity=capacity,
+                                 limits_by_share=limits_by_share, strategies=strategies)
+        problem = submission.on_demand_entry_never_runs(
+            engine.Entry(type_.name, entry.instance_count), capacity=total, most_held=ceiling)
+        if problem == NeverRuns.TYPE_NOT_OFFERED:
             _add(errors, f"{at}.instance_type",
                  f"the environment of queue {job_queue.name} offers no {type_.name} capacity")
-            continue
-        if entry.instance_count > total:
+        elif problem == NeverRuns.ABOVE_CAPACITY:
             _add(errors, f"{at}.instance_count",
                  f"{type_.name} x{entry.instance_count} can never run: the environment has {total}")
-            continue
-        ceiling, why = share_ceiling(share=quota_share, instance_type_id=type_.pk, capacity=capacity,
-                                     limits_by_share=limits_by_share, strategies=strategies)
-        if entry.instance_count > ceiling:
+        elif problem == NeverRuns.ABOVE_SHARE:
             _add(errors, f"{at}.instance_count",
                  f"{type_.name} x{entry.instance_count} can never run: share {quota_share.name} may hold at "
                  f"most {ceiling} ({why})")
     _raise_if(errors)
+
+
+def _engine_plan(plan: TrainingPlan, entry_type: InstanceType, share_ids: Iterable[int]) -> engine.Plan:
+    """A plan as `engine.submission` reads it; its type's name is read only when it is not the entry's."""
+    same_type = plan.instance_type_id == entry_type.pk
+    return engine.Plan(
+        id=plan.pk, name=plan.name, instance_type=entry_type.name if same_type else plan.instance_type.name,
+        instance_count=plan.instance_count, start_time=plan.start_time, end_time=plan.end_time,
+        share_ids=frozenset(share_ids))
 
 
 MAX_PAYLOAD_DEPTH = 16

@@ -12,12 +12,17 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from engine import UNLIMITED, Ordering, Strategy
+from engine import UNLIMITED, Entry, Ordering, Plan, Strategy
+from engine.ceilings import lendable_beside, most_ever_held, reserved_capacity
+from engine.invariants import limits_fit_capacity
+from engine.submission import NeverRuns, on_demand_entry_never_runs, plan_entry_never_runs
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MAX_SHARES = 20
 MAX_SHARE_LIMITS = 5
@@ -94,6 +99,24 @@ class Configuration:
     def capacity_gpus(self) -> int:
         return sum(count * self.gpus_of(type_) for type_, count in self.capacity.items())
 
+    @cached_property
+    def engine_plans(self) -> dict[str, Plan]:
+        """The training plans as the engine sees them, by name: ids 1..n, datetimes, shares by engine id (a
+        name no share has stands for share 0, which none is)."""
+        ids = {share.name: self.share_id(share.name) for share in self.shares}
+        return {
+            plan.name: Plan(
+                id=index + 1,
+                name=plan.name,
+                instance_type=plan.instance_type,
+                instance_count=plan.instance_count,
+                start_time=to_datetime(plan.start),
+                end_time=to_datetime(plan.end),
+                share_ids=frozenset(ids.get(name, 0) for name in plan.shares),
+            )
+            for index, plan in enumerate(self.plans)
+        }
+
 
 def validate(config: Configuration) -> Configuration:
     """SPEC 1-2 for a configuration: names, 1-5 limits per share, borrow_limit, limits within capacity."""
@@ -127,7 +150,7 @@ def validate(config: Configuration) -> Configuration:
         if capacity < 0:
             problems.append(f"capacity of {type_} cannot be negative")
         total = sum(share.limits.get(type_, 0) for share in config.shares)
-        if total > capacity:
+        if not limits_fit_capacity(total, capacity):
             problems.append(f"{type_}: the share limits total {total} but the capacity is {capacity}")
     for plan in config.plans:
         where = f"plan {plan.name}"
@@ -145,47 +168,48 @@ def validate(config: Configuration) -> Configuration:
     return config
 
 
-def share_ceiling(config: Configuration, share: ShareConfig, instance_type: str) -> int:
-    """The most instances of a type a share could ever hold on demand (as `rules.share_ceiling` says)."""
-    own = share.limits.get(instance_type, 0)
-    if share.strategy != Strategy.LEND_AND_BORROW:
-        return own
-    reserved_elsewhere = sum(
-        other.limits.get(instance_type, 0)
+def most_held(config: Configuration, share: ShareConfig, instance_type: str) -> int:
+    """`ceilings.most_ever_held` for a share of the configuration: the most of a type it could ever hold."""
+    reserved_by_others = sum(
+        reserved_capacity(other.strategy, other.limits.get(instance_type, 0))
         for other in config.shares
-        if other is not share and other.strategy == Strategy.RESERVE
+        if other is not share
     )
-    lendable = max(0, config.capacity.get(instance_type, 0) - reserved_elsewhere)
-    if share.borrow_limit == UNLIMITED:
-        return lendable
-    return min(lendable, own + own * share.borrow_limit // 100)
+    lendable = lendable_beside(config.capacity.get(instance_type, 0), reserved_by_others)
+    limit = share.limits.get(instance_type, 0)
+    return most_ever_held(share.strategy, limit, share.borrow_limit, lendable=lendable)
 
 
-def entry_problem(config: Configuration, share: ShareConfig, entry, at: float) -> str | None:
+def entry_problem(config: Configuration, share: ShareConfig, entry: Entry, at: float) -> str | None:
     """Why a preference entry could never run, as submission validation says (SPEC 4), or None."""
     label = f"{entry.instance_type} x{entry.instance_count}"
     if entry.training_plan is not None:
-        plan = next((p for p in config.plans if p.name == entry.training_plan), None)
+        plan = config.engine_plans.get(entry.training_plan)
         if plan is None:
             return f"{label}: no training plan {entry.training_plan}"
-        if plan.instance_type != entry.instance_type:
+        share_id = config.share_id(share.name)
+        problem = plan_entry_never_runs(entry, plan, share_id=share_id, now=to_datetime(at))
+    else:
+        capacity = config.capacity.get(entry.instance_type)
+        ceiling = most_held(config, share, entry.instance_type)
+        problem = on_demand_entry_never_runs(entry, capacity=capacity, most_held=ceiling)
+    match problem:
+        case None:
+            return None
+        case NeverRuns.PLAN_OF_OTHER_TYPE:
             return f"{label}: plan {plan.name} reserves {plan.instance_type}"
-        if plan.end <= at:
+        case NeverRuns.PLAN_ENDED:
             return f"{label}: plan {plan.name} has expired"
-        if plan.shares and share.name not in plan.shares:
+        case NeverRuns.PLAN_CLOSED_TO_SHARE:
             return f"{label}: plan {plan.name} is not open to share {share.name}"
-        if entry.instance_count > plan.instance_count:
+        case NeverRuns.ABOVE_PLAN:
             return f"{label}: plan {plan.name} reserves only {plan.instance_count}"
-        return None
-    capacity = config.capacity.get(entry.instance_type)
-    if capacity is None:
-        return f"{label}: the environment offers no {entry.instance_type}"
-    if entry.instance_count > capacity:
-        return f"{label}: the environment has {capacity}"
-    ceiling = share_ceiling(config, share, entry.instance_type)
-    if entry.instance_count > ceiling:
-        return f"{label}: share {share.name} may hold at most {ceiling}"
-    return None
+        case NeverRuns.TYPE_NOT_OFFERED:
+            return f"{label}: the environment offers no {entry.instance_type}"
+        case NeverRuns.ABOVE_CAPACITY:
+            return f"{label}: the environment has {capacity}"
+        case NeverRuns.ABOVE_SHARE:
+            return f"{label}: share {share.name} may hold at most {ceiling}"
 
 
 # --- files -----------------------------------------------------------------------------------------------
@@ -356,6 +380,10 @@ def parse_time(value: Any) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+def to_datetime(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
 
 
 def iso(seconds: float) -> str:

@@ -1,21 +1,26 @@
 """`replay --check`: SPEC section 2 verified after every pass, from the replay's own counts, not the engine's.
 
-After each pass, for every instance type T and plan P:
-- A: sum over shares of usage(S,T) <= capacity(T);
-- B: sum over shares of max(usage(S,T), reserved(S,T)) <= capacity(T) (RESERVE idle capacity is never lent);
-- C: RESERVE and LEND shares at most their limit, LEND_AND_BORROW at most limit + limit * borrow_limit / 100
-  (limits never change during a replay, so every usage above them came from a placement);
-- D: instances in use on P <= its instance_count, and only while P is ACTIVE and outside its drain window.
-The first breach raises `InvariantViolation` naming the pass, the time, the rule and the numbers.
+The rules are `engine.invariants` (limits never change during a replay, so every usage above them came from a
+placement, and a plan holds jobs only while ACTIVE and outside its drain window, which a pass drains). The
+first breach raises `InvariantViolation` naming the pass, the time, the rule and the numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from datetime import datetime
 
-from engine import UNLIMITED, Strategy
+from engine import Plan, Share, Strategy
+from engine.invariants import (
+    IN_USE,
+    IN_USE_OR_RESERVED,
+    PLAN_COUNT,
+    SHARE_CEILING,
+    Breach,
+    plan_breaches,
+    share_breaches,
+)
 
-from .config import Configuration, PlanConfig, iso
+from .config import iso
 
 
 class InvariantViolation(AssertionError):
@@ -23,70 +28,65 @@ class InvariantViolation(AssertionError):
 
 
 class PassChecker:
-    def __init__(self, config: Configuration):
-        self.config = config
-        self.shares = {share.name: share for share in config.shares}
-        self.usage: dict[tuple[str, str], int] = {}
+    """The replay's usage per (share id, type) and per plan, checked against one configuration."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        capacity: dict[str, int],
+        shares: tuple[Share, ...],
+        plans: tuple[Plan, ...],
+        drain_seconds: int,
+    ):
+        self.name = name
+        self.capacity = capacity
+        self.shares = shares
+        self.plans = plans
+        self.drain_seconds = drain_seconds
+        self.usage: dict[tuple[int, str], int] = {}
         self.plan_usage: dict[str, int] = {}
 
-    def hold(self, share: str, instance_type: str, plan: str | None, count: int) -> None:
+    def hold(self, share_id: int, instance_type: str, plan: str | None, count: int) -> None:
         if plan is None:
-            self.usage[share, instance_type] = self.usage.get((share, instance_type), 0) + count
+            self.usage[share_id, instance_type] = self.usage.get((share_id, instance_type), 0) + count
         else:
             self.plan_usage[plan] = self.plan_usage.get(plan, 0) + count
 
-    def release(self, share: str, instance_type: str, plan: str | None, count: int) -> None:
-        self.hold(share, instance_type, plan, -count)
+    def release(self, share_id: int, instance_type: str, plan: str | None, count: int) -> None:
+        self.hold(share_id, instance_type, plan, -count)
 
-    def check(self, *, index: int, now: float, plans: Iterable[PlanConfig], drain_seconds: int) -> None:
-        problems = self.problems(now=now, plans=plans, drain_seconds=drain_seconds)
-        if problems:
+    def check(self, *, index: int, now: float, moment: datetime) -> None:
+        breaches = share_breaches(self.capacity, self.shares, self.usage) + plan_breaches(
+            ((plan, self.plan_usage.get(plan.name, 0)) for plan in self.plans),
+            now=moment,
+            drain_seconds=self.drain_seconds,
+        )
+        if breaches:
             raise InvariantViolation(
-                f"--check: after pass {index} at {iso(now)} UTC, configuration {self.config.name}: "
-                + "; ".join(problems)
+                f"--check: after pass {index} at {iso(now)} UTC, configuration {self.name}: "
+                + "; ".join(_words(breach) for breach in breaches)
             )
 
-    def problems(self, *, now: float, plans: Iterable[PlanConfig], drain_seconds: int) -> list[str]:
-        problems: list[str] = []
-        types = sorted(set(self.config.capacity) | {t for _, t in self.usage})
-        for instance_type in types:
-            capacity = self.config.capacity.get(instance_type, 0)
-            used = committed = 0
-            for name, share in self.shares.items():
-                usage = self.usage.get((name, instance_type), 0)
-                limit = share.limits.get(instance_type, 0)
-                reserved = limit if share.strategy == Strategy.RESERVE else 0
-                used += usage
-                committed += max(usage, reserved)
-                ceiling = most_allowed(share.strategy, limit, share.borrow_limit)
-                if ceiling is not None and usage > ceiling:
-                    rule = (
-                        "borrow limit"
-                        if share.strategy == Strategy.LEND_AND_BORROW
-                        else f"{share.strategy} share over its limit"
-                    )
-                    problems.append(
-                        f"C ({rule}): share {name} holds {usage} {instance_type}, at most {ceiling}"
-                    )
-            if used > capacity:
-                problems.append(f"A: {instance_type} in use {used} > capacity {capacity}")
-            if committed > capacity:
-                problems.append(
-                    f"B: {instance_type} sum of max(usage, reserved) {committed} > capacity {capacity}"
-                )
-        for plan in plans:
-            in_use = self.plan_usage.get(plan.name, 0)
-            if in_use > plan.instance_count:
-                problems.append(f"D: plan {plan.name} holds {in_use} of {plan.instance_count}")
-            if in_use and not plan.start <= now < plan.end - drain_seconds:
-                problems.append(f"D: plan {plan.name} holds {in_use} outside its active, undrained window")
-        return problems
 
-
-def most_allowed(strategy: Strategy, limit: int, borrow_limit: int) -> int | None:
-    """Invariant C: the most a share may hold of a type through placement (None: no bound of its own)."""
-    if strategy != Strategy.LEND_AND_BORROW:
-        return limit
-    if borrow_limit == UNLIMITED:
-        return None
-    return limit + limit * borrow_limit // 100
+def _words(breach: Breach) -> str:
+    if breach.rule == SHARE_CEILING:
+        share = breach.share
+        rule = (
+            "borrow limit"
+            if share.strategy == Strategy.LEND_AND_BORROW
+            else f"{share.strategy} share over its limit"
+        )
+        return (
+            f"C ({rule}): share {share.name} holds {breach.held} {breach.instance_type}, "
+            f"at most {breach.allowed}"
+        )
+    if breach.rule == IN_USE:
+        return f"A: {breach.instance_type} in use {breach.held} > capacity {breach.allowed}"
+    if breach.rule == IN_USE_OR_RESERVED:
+        return (
+            f"B: {breach.instance_type} sum of max(usage, reserved) {breach.held} > capacity {breach.allowed}"
+        )
+    if breach.rule == PLAN_COUNT:
+        return f"D: plan {breach.plan.name} holds {breach.held} of {breach.allowed}"
+    return f"D: plan {breach.plan.name} holds {breach.held} outside its active, undrained window"

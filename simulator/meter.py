@@ -15,6 +15,7 @@ from operator import add
 
 from engine import Strategy
 from engine.accounting import lent_of_type
+from engine.ceilings import lends
 
 Series = list[tuple[float, tuple[int, ...], tuple[int, ...]]]
 
@@ -55,7 +56,7 @@ class UsageMeter:
         self._rates = ([0] * count, [0] * count, [0] * count)
         self._plans_changed = False
         self._type_limits: dict[str, list[int]] = {}  # type -> limit per share
-        self._lenders = [self.strategies[s] != Strategy.RESERVE for s in share_ids]
+        self._lenders = [lends(self.strategies[s]) for s in share_ids]
 
     def gpus_of(self, instance_type: str) -> int:
         return self.gpus.get(instance_type, 1)

@@ -40,10 +40,6 @@ def percentile(ordered: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def gpu_hours(instances: int, gpus_per_instance: int, seconds: float) -> float:
-    return instances * gpus_per_instance * seconds / HOUR
-
-
 def job_counts(outcomes: Iterable[JobOutcome]) -> dict[str, int]:
     counts = dict.fromkeys(
         (

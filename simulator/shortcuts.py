@@ -37,21 +37,25 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    given, but those of RESERVE and LEND shares held at their limit: such a share is never over its limit, so
    never loses a job to reclaim, and its usage only grows. The decisions are kept unless one of the proofs
    below fails; then the pass is run again without that shortcut (`Reducer.preemption_verdict`, and
-   `ReplayStats.preempting_retries` counts why), and on the whole snapshot when a summed placeholder was named.
+   `ReplayStats.preempting_retries` counts why), and on the whole snapshot when a summed placeholder was
+   named.
    - *Reclaim fronts.* Reclaim takes victims of the holdings over their limit on a type in one order
      (`victim_key` across all of them) and stops as soon as the preemptor fits. So a reclaimed holding is
      given as its real jobs at the front of that order, as many as the pass's would-be reclaimers can use
      (their room under their own limits, `reclaim_reach`), and one placeholder for the rest, after every real
      job in that order. A preemption takes candidates in order and keeps the last one taken, so while no
-     placeholder is named the victims are those the real jobs give; a named one (CUT) reruns the pass with
-     the holdings whole. Not with in-share preemption in the pass, whose victims come after reclaim's.
+     placeholder is named the victims are those the real jobs give; a named one
+     (RECLAIM_PAST_FRONT) reruns the pass with the holdings whole. Not with in-share preemption in the
+     pass, whose victims come after reclaim's.
    - *Borrowing in the pass.* A summed holding that went over its limit in the pass has jobs reclaim could
-     take: the pass is run again with it as a reclaimed holding (BORROWED).
+     take: the pass is run again with it as a reclaimed holding (BORROWED_IN_PASS).
    - *Stuck groups* (as in point 2) are first left out, and the decisions kept if they provably stayed stuck
-     through the preemptions (`Reducer.stayed_stuck`); else the pass is run again with them (STUCK).
+     through the preemptions (`Reducer.stayed_stuck`); else the pass is run again with them
+     (STUCK_GROUP_FREED).
    - *Groups cut short.* A group none of whose jobs can preempt when the pass starts (`cannot_reclaim`) is
      given only as many jobs as point 2 gives; kept if its last job given was not placed and its room
-     provably never grew in the pass (`Reducer.stayed_short`), else run again with the whole group (GROUPS).
+     provably never grew in the pass (`Reducer.stayed_short`), else run again with the whole group
+     (SHORT_GROUP_GREW).
 4. **Passes that cannot decide anything are skipped** (see `simulation`): after a pass that decided nothing,
    a new job whose group (share, preference list, priority) was waiting then fails just as that group did; a
    capacity release on a type matters only to groups with an entry on it that are not held at their share's
@@ -67,17 +71,19 @@ snapshot as well after every pass and raises on any difference; the tests do tha
 What a pass starts from is kept as jobs come and go, not recomputed per pass: the usage of each holding,
 invariant B's sum per type, which shares are over a limit (`PlacedJobs`), and which groups are held at their
 share's ceiling (recomputed for a share only when its usage or its groups change), how many jobs of a group
-point 2 gives (`Reducer.bound`, kept while the share's usage and invariant B's sum on the group's types stay as
-they were), and each holding's jobs in reclaim order.
+point 2 gives (`Reducer.bound`, kept while the share's usage and invariant B's sum on the group's types stay
+as they were), and each holding's jobs in reclaim order.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from engine import (
     Decisions,
@@ -90,15 +96,36 @@ from engine import (
     Share,
     Strategy,
 )
-from engine.capacity import reserved_capacity, share_ceiling, victim_key
+from engine.capacity import victim_key
+from engine.ceilings import reserved_capacity, share_ceiling
+from engine.housekeeping import pending_too_long
 from engine.order import queue_key
+
+from .config import to_datetime
+
+if TYPE_CHECKING:
+    from .simulation import WholeQueueDecider
 
 GROWTH = 4
 MAX_ATTEMPTS = 4
-# What `Reducer.preemption_verdict` says of a pass that preempts: the decisions are those of the whole
-# snapshot; or run it again with the real jobs of reclaimed holdings, with more holdings reclaimed, with the
-# stuck groups, or whole.
-EXACT, CUT, BORROWED, STUCK, GROUPS, WHOLE = "exact", "cut", "borrowed", "stuck", "groups", "whole"
+
+
+class Verdict(enum.StrEnum):
+    """What `Reducer.preemption_verdict` says of a reduced pass that preempts (values: its JSON names)."""
+
+    # The decisions are those of the whole queue.
+    EXACT = "exact"
+    # Reclaim reached past the real jobs at the front of a holding: give the reclaimed holdings whole.
+    RECLAIM_PAST_FRONT = "cut"
+    # A summed holding borrowed in the pass, so reclaim may take from it: give its real jobs.
+    BORROWED_IN_PASS = "borrowed"
+    # A group left out as stuck may have found room through the preemptions: give the stuck groups.
+    STUCK_GROUP_FREED = "stuck"
+    # A group given only its first jobs may have had room for more: give the groups whole.
+    SHORT_GROUP_GREW = "groups"
+    # Only the whole queue proves the decisions.
+    WHOLE_QUEUE = "whole"
+
 _HELD, _STUCK, _SHORT = "held", "stuck", "short"  # how a pass that preempts is given a group
 
 GroupKey = tuple[int, Hashable]  # (share id, key within the share)
@@ -110,15 +137,16 @@ def saturation_key(job: Job) -> tuple[int, tuple[Entry, ...], int]:
 
 
 class Group:
-    """One group's jobs in queue order, and its kind: groups of one share and preference list (priorities
-    apart) have the same `alike` number, and are stuck or bounded alike."""
+    """One group's jobs in queue order, and the room they compete for (`room_class`)."""
 
-    __slots__ = ("key", "members", "alike")
+    __slots__ = ("key", "members", "room_class")
 
-    def __init__(self, key: GroupKey, alike: int):
+    def __init__(self, key: GroupKey, room_class: int):
         self.key = key
         self.members: list[tuple[tuple, int]] = []
-        self.alike = alike
+        # Groups that differ only in priority see the same room, so they are bounded and stuck alike: one
+        # number names them (under STRICT_FIFO a share's queue is one group, its own class).
+        self.room_class = room_class
 
 
 class RunnableGroups:
@@ -130,7 +158,7 @@ class RunnableGroups:
         self.of_share: dict[int, dict[GroupKey, Group]] = {}  # share -> its groups
         # share -> bumped whenever the groups of the share, or under STRICT_FIFO its head, change
         self.generation: dict[int, int] = {}
-        self._alike: dict[Hashable, int] = {}
+        self._room_classes: dict[Hashable, int] = {}
 
     def key(self, job: Job) -> GroupKey:
         return (job.share_id, None) if self.strict_fifo else (job.share_id, (job.entries, job.priority))
@@ -140,10 +168,10 @@ class RunnableGroups:
         members = self.groups.get(key)
         if members is None:
             # Under STRICT_FIFO a share's queue is its one group, whatever the preference lists.
-            alike = self._alike.setdefault(
-                key if self.strict_fifo else (job.share_id, job.entries), len(self._alike)
+            room_class = self._room_classes.setdefault(
+                key if self.strict_fifo else (job.share_id, job.entries), len(self._room_classes)
             )
-            group = Group(key, alike)
+            group = Group(key, room_class)
             members = self.groups[key] = group.members
             self.of_share.setdefault(job.share_id, {})[key] = group
             self._changed(job.share_id)
@@ -187,13 +215,14 @@ class PlacedJobs:
         self.on_plans: dict[int, None] = {}
         self.plan_usage: dict[str, int] = {}  # plan -> instances
         # Invariant B's sum per type: max(usage, reserved) over shares (reserved 0 where a share has no limit)
-        self.committed: dict[str, int] = {}
+        self.in_use_or_reserved: dict[str, int] = {}
         self.over_limit: dict[int, int] = {}  # share -> how many of its holdings are over their limit
         self.generation: dict[int, int] = {}  # share -> bumped at every change of its on-demand usage
         for share in shares.values():
             for instance_type, limit in share.limits.items():
-                reserved = reserved_capacity(share, limit)
-                self.committed[instance_type] = self.committed.get(instance_type, 0) + reserved
+                reserved = reserved_capacity(share.strategy, limit)
+                sums = self.in_use_or_reserved
+                sums[instance_type] = sums.get(instance_type, 0) + reserved
 
     def add(self, job: Job) -> None:
         placement = job.placement
@@ -236,16 +265,18 @@ class PlacedJobs:
     def contribution(self, share_id: int, instance_type: str) -> int:
         """What the share's holding adds to invariant B's sum for the type: max(usage, reserved)."""
         share = self.shares[share_id]
-        reserved = reserved_capacity(share, share.limits.get(instance_type, 0))
+        reserved = reserved_capacity(share.strategy, share.limits.get(instance_type, 0))
         return max(self.usage.get((share_id, instance_type), 0), reserved)
 
     def _change(self, key: tuple[int, str], count: int) -> None:
         share_id, instance_type = key
         before = self.usage.get(key, 0)
-        committed = self.contribution(share_id, instance_type)
+        contributed = self.contribution(share_id, instance_type)
         self.usage[key] = after = before + count
-        self.committed[instance_type] = (
-            self.committed.get(instance_type, 0) + self.contribution(share_id, instance_type) - committed
+        self.in_use_or_reserved[instance_type] = (
+            self.in_use_or_reserved.get(instance_type, 0)
+            + self.contribution(share_id, instance_type)
+            - contributed
         )
         limit = self.shares[share_id].limits.get(instance_type, 0)
         over = (after > limit) - (before > limit)
@@ -304,7 +335,7 @@ class Reducer:
         # share -> type offered that it has a limit on -> its reserved capacity (see `fold_idle_shares`)
         self._reserved = {
             share.id: {
-                instance_type: reserved_capacity(share, limit)
+                instance_type: reserved_capacity(share.strategy, limit)
                 for instance_type, limit in share.limits.items()
                 if instance_type in capacity
             }
@@ -316,7 +347,7 @@ class Reducer:
         self._ids: dict[tuple[int, str], int] = {}
         # share -> ((its usage generation, its groups' generation), its groups not held at its ceiling)
         self._live: dict[int, tuple[tuple[int, int], list[Group]]] = {}
-        self._bounds: dict[int, tuple[tuple, int | None]] = {}  # alike -> (what it depends on, `bound`)
+        self._bounds: dict[int, tuple[tuple, int | None]] = {}  # room_class -> (what it depends on, `bound`)
 
     def placeholder(self, share_id: int, instance_type: str, count: int, priority: int) -> Job:
         key = (share_id, instance_type, count, priority)
@@ -341,21 +372,24 @@ class Reducer:
         placed: PlacedJobs,
         groups: RunnableGroups,
         due: set[int],
-        takes: Mapping[GroupKey, int],
+        given_per_group: Mapping[GroupKey, int],
     ) -> ReducedSnapshotJobs:
+        """A pass that preempts nobody (points 1, 2 and 5): placed jobs summed, of each group the first jobs
+        (as many as `bound` says, or as `given_per_group` says for groups an earlier try gave too few)."""
         jobs: list[Job] = [unfinished[job_id] for job_id in placed.on_plans]
         last_taken: dict[GroupKey, int] = {}
         room = self.room_in(placed)
-        bounds: dict[int, int | None] = {}  # alike -> how many of such a group to give (None: stuck)
+        bounds: dict[int, int | None] = {}  # room_class -> how many of such a group to give (None: stuck)
         for group in self.live_groups(unfinished=unfinished, placed=placed, groups=groups):
             members = group.members
-            take = takes.get(group.key) if takes else None
+            take = given_per_group.get(group.key) if given_per_group else None
             if take is None:
-                alike = group.alike
-                if alike in bounds:
-                    take = bounds[alike]
+                room_class = group.room_class
+                if room_class in bounds:
+                    take = bounds[room_class]
                 else:
-                    take = bounds[alike] = self.bound(unfinished[members[0][1]], alike, room, placed, groups)
+                    first = unfinished[members[0][1]]
+                    take = bounds[room_class] = self.bound(first, room_class, room, placed, groups)
                 if take is None:
                     continue
             key = group.key
@@ -394,7 +428,9 @@ class Reducer:
             lowest_priority=lowest_priority,
         )
 
-    def bound(self, first: Job, alike: int, room, placed: PlacedJobs, groups: RunnableGroups) -> int | None:
+    def bound(
+        self, first: Job, room_class: int, room, placed: PlacedJobs, groups: RunnableGroups
+    ) -> int | None:
         """How many jobs of groups like `first`'s a pass that preempts nobody is given (None: stuck). It
         depends only on the share's usage and invariant B's sum on the entries' types (or a plan's usage),
         so it is kept while those stay as they were (under STRICT_FIFO, when a share's queue is one group of
@@ -406,12 +442,12 @@ class Reducer:
                 placed.plan_usage.get(entry.training_plan, 0)
                 if entry.training_plan is not None
                 else (
-                    placed.committed.get(entry.instance_type, 0),
+                    placed.in_use_or_reserved.get(entry.instance_type, 0),
                     placed.usage.get((share_id, entry.instance_type), 0),
                 )
                 for entry in first.entries
             )
-            known = self._bounds.get(alike)
+            known = self._bounds.get(room_class)
             if known is not None and known[0] == stamp:
                 return known[1]
         take = (
@@ -420,7 +456,7 @@ class Reducer:
             else 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
         )
         if stamp is not None:
-            self._bounds[alike] = (stamp, take)
+            self._bounds[room_class] = (stamp, take)
         return take
 
     def live_groups(
@@ -450,7 +486,7 @@ class Reducer:
             if share.id in active or placed.over_limit.get(share.id) or not self.foldable[share.id]
         )
         capacity = {
-            instance_type: total - placed.committed.get(instance_type, 0)
+            instance_type: total - placed.in_use_or_reserved.get(instance_type, 0)
             for instance_type, total in self.capacity.items()
         }
         usage = placed.usage
@@ -497,14 +533,14 @@ class Reducer:
         instance_type = entry.instance_type
         used = placed.usage.get((share_id, instance_type), 0)
         limit = share.limits.get(instance_type, 0)
-        reserved = reserved_capacity(share, limit)
+        reserved = reserved_capacity(share.strategy, limit)
         # Invariant B: placing within a RESERVE share's own limit commits nothing more.
         lendable = (
             self.capacity.get(instance_type, 0)
-            - placed.committed.get(instance_type, 0)
+            - placed.in_use_or_reserved.get(instance_type, 0)
             + max(0, reserved - used)
         )
-        ceiling = share_ceiling(share, limit)
+        ceiling = share_ceiling(share.strategy, limit, share.borrow_limit)
         return lendable if ceiling is None else min(lendable, ceiling - used)
 
     def jobs_for_preemption(
@@ -524,18 +560,24 @@ class Reducer:
         included = set(due)
         room = self.room_in(placed)
         stuck: list[tuple[int, tuple[Entry, ...], tuple[int, ...]]] = []
-        # alike -> whether such a group is held, stuck, or cut short (with how many to give), or None
+        # room_class -> whether such a group is held, stuck, or cut short (with how many to give), or None
         kinds: dict[int, tuple[str, int] | None] = {}
         cut_short: list[tuple[int, tuple[Entry, ...], int]] = []
         for group in groups.all():
             members = group.members
-            alike = group.alike
-            if alike in kinds:
-                kind = kinds[alike]
+            room_class = group.room_class
+            if room_class in kinds:
+                kind = kinds[room_class]
             else:
                 first = unfinished[members[0][1]]
-                kind = kinds[alike] = self._preempting_kind(
-                    first, alike, room, placed, groups, leave_out_stuck=leave_out_stuck, cut_groups=cut_groups
+                kind = kinds[room_class] = self._preempting_kind(
+                    first,
+                    room_class,
+                    room,
+                    placed,
+                    groups,
+                    leave_out_stuck=leave_out_stuck,
+                    cut_groups=cut_groups,
                 )
                 if kind is not None and kind[0] == _STUCK:
                     rooms = tuple(room(first.share_id, entry) for entry in first.entries)
@@ -588,7 +630,7 @@ class Reducer:
     def _preempting_kind(
         self,
         first: Job,
-        alike: int,
+        room_class: int,
         room,
         placed: PlacedJobs,
         groups: RunnableGroups,
@@ -602,7 +644,7 @@ class Reducer:
             first, placed.usage
         ):
             return (_HELD, 0)
-        take = self.bound(first, alike, room, placed, groups)  # None: stuck, and then at most 0 placed
+        take = self.bound(first, room_class, room, placed, groups)  # None: stuck, and then at most 0 placed
         if take is None and leave_out_stuck:
             return (_STUCK, 0)
         if cut_groups and not groups.strict_fifo and self.cannot_reclaim(first, placed.usage):
@@ -706,17 +748,18 @@ class Reducer:
 
     def preemption_verdict(
         self, decisions: Decisions, preempting: PreemptingSnapshot
-    ) -> tuple[str, set[tuple[int, str]]]:
-        """EXACT unless a placeholder was named (CUT when it stood for a reclaimed holding's rest: the pass is
-        run again with its real jobs), a summed holding went over its limit, so reclaimable (BORROWED, with
-        those holdings: the pass is run again with them as reclaimed holdings), or a group left out as stuck
-        may have come unstuck (STUCK)."""
+    ) -> tuple[Verdict, set[tuple[int, str]]]:
+        """EXACT unless a placeholder was named (RECLAIM_PAST_FRONT when it stood for a reclaimed holding's
+        rest: the pass is run again with its real jobs; else WHOLE_QUEUE), a summed holding went over its
+        limit, so reclaimable (BORROWED_IN_PASS, with those holdings: the pass is run again with them as
+        reclaimed holdings), a group left out as stuck may have come unstuck (STUCK_GROUP_FREED), or a group
+        cut short may have grown (SHORT_GROUP_GREW)."""
         named = [p.job_id for p in decisions.preemptions if p.job_id < 0]
         if preempting.split_ids and (
             any(job_id in preempting.split_ids for job_id in named)
             or any(p.kind == PreemptionKind.LIMIT_REDUCED for p in decisions.preemptions)
         ):
-            return CUT, set()
+            return Verdict.RECLAIM_PAST_FRONT, set()
         borrowed = {
             (admission.share_id, admission.instance_type)
             for admission in decisions.admissions
@@ -725,17 +768,17 @@ class Reducer:
             and (admission.share_id, admission.instance_type) in preempting.summed
         }
         if borrowed:
-            return BORROWED, borrowed
+            return Verdict.BORROWED_IN_PASS, borrowed
         if named or any(d.job_id < 0 for d in decisions.drains):
-            return WHOLE, set()
+            return Verdict.WHOLE_QUEUE, set()
         if not preempting.stuck and not preempting.cut_short:
-            return EXACT, set()
+            return Verdict.EXACT, set()
         freed, taken = self.released(decisions)
         if preempting.stuck and not self.stayed_stuck(preempting, freed, taken):
-            return STUCK, set()
+            return Verdict.STUCK_GROUP_FREED, set()
         if preempting.cut_short and not self.stayed_short(decisions, preempting, freed, taken):
-            return GROUPS, set()
-        return EXACT, set()
+            return Verdict.SHORT_GROUP_GREW, set()
+        return Verdict.EXACT, set()
 
     def released(self, decisions: Decisions) -> tuple[dict[str, int], dict[tuple[int, str], int]]:
         """What a pass that preempts freed per type beyond its preemptors' placements (see `stayed_stuck`),
@@ -788,7 +831,8 @@ class Reducer:
                 instance_type, count = entry.instance_type, entry.instance_count
                 took = taken.get((share_id, instance_type), 0)
                 limit = share.limits.get(instance_type, 0)
-                under_ceiling = took if share_ceiling(share, limit) is not None else 0
+                capped = share_ceiling(share.strategy, limit, share.borrow_limit) is not None
+                under_ceiling = took if capped else 0
                 if room + freed.get(instance_type, 0) + under_ceiling >= count:
                     return False
                 if preempting.usage.get((share_id, instance_type), 0) - took + count <= limit:
@@ -819,7 +863,8 @@ class Reducer:
                 instance_type, count = entry.instance_type, entry.instance_count
                 took = taken.get((share_id, instance_type), 0)
                 limit = share.limits.get(instance_type, 0)
-                if freed.get(instance_type, 0) or (took and share_ceiling(share, limit) is not None):
+                capped = share_ceiling(share.strategy, limit, share.borrow_limit) is not None
+                if freed.get(instance_type, 0) or (took and capped):
                     return False
                 if preempting.usage.get((share_id, instance_type), 0) - took + count <= limit:
                     return False
@@ -837,7 +882,8 @@ class Reducer:
         for entry in job.entries:
             if entry.training_plan is not None:
                 return False
-            ceiling = share_ceiling(share, share.limits.get(entry.instance_type, 0))
+            limit = share.limits.get(entry.instance_type, 0)
+            ceiling = share_ceiling(share.strategy, limit, share.borrow_limit)
             if (
                 ceiling is None
                 or usage.get((share.id, entry.instance_type), 0) + entry.instance_count <= ceiling
@@ -871,8 +917,8 @@ class Reducer:
         unfinished: Mapping[int, Job],
         groups: RunnableGroups,
     ) -> tuple[bool, dict[GroupKey, int] | None]:
-        """(exact, takes): exact when the decisions are those of the whole snapshot; else the groups to widen,
-        or None to run the whole snapshot."""
+        """(exact, give_more): exact when the decisions are those of the whole snapshot; else the groups cut
+        too short with how many of their jobs to give next time, or None to run the whole snapshot."""
         if decisions.preemptions or any(drain.job_id < 0 for drain in decisions.drains):
             return False, None
         if not reduced.last_taken:
@@ -897,7 +943,7 @@ class Reducer:
             if used > self.shares[share_id].limits.get(instance_type, 0)
             and reduced.usage.get((share_id, instance_type), 0) > 0
         }
-        widen: dict[GroupKey, int] = {}
+        give_more: dict[GroupKey, int] = {}
         for key, last_id in reduced.last_taken.items():
             share_id = key[0]
             share = self.shares[share_id]
@@ -906,7 +952,7 @@ class Reducer:
             members = groups.groups[key]
             if last_id in placed_now:
                 taken = 1 + next(i for i, (_, job_id) in enumerate(members) if job_id == last_id)
-                widen[key] = taken * GROWTH
+                give_more[key] = taken * GROWTH
                 continue
             if groups.strict_fifo:
                 continue
@@ -919,8 +965,8 @@ class Reducer:
                 admitted_by_share.get(share_id, ()),
                 reduced.lowest_priority,
             ):
-                widen[key] = len(members)
-        return (not widen), widen
+                give_more[key] = len(members)
+        return (not give_more), give_more
 
     @staticmethod
     def _later_could_preempt(
@@ -942,6 +988,99 @@ class Reducer:
                 if used + entry.instance_count <= share.limits.get(instance_type, 0):
                     return True
         return False
+
+
+class ShortcutDecider:
+    """A pass decided on the smallest snapshot that provably decides what the whole queue decides (points 1-3
+    and 5), and on the whole queue (`whole`, the plain replay) where no proof holds."""
+
+    def __init__(
+        self,
+        whole: WholeQueueDecider,
+        reducer: Reducer,
+        *,
+        unfinished: Mapping[int, Job],
+        placed: PlacedJobs,
+        groups: RunnableGroups,
+        timeout_watch: set[int],
+        verify: bool,
+    ):
+        self.whole = whole
+        self.reducer = reducer
+        self.unfinished = unfinished
+        self.placed = placed
+        self.groups = groups
+        self.timeout_watch = timeout_watch
+        self.verify = verify
+        self.stats = whole.stats
+
+    def decide(self, index: int, now: float) -> Decisions:
+        decisions = self.decide_reduced(now)
+        if decisions is None:
+            return self.whole.decide(index, now)
+        if self.verify:
+            difference = same_decisions(decisions, self.whole.schedule(self.whole.snapshots.whole(now)))
+            if difference is not None:
+                raise AssertionError(f"shortcut changed pass {index} at {now}: {difference}")
+        return decisions
+
+    def decide_reduced(self, now: float) -> Decisions | None:
+        """Points 1, 2 and 5, then for a pass that preempts point 3; None when only the whole queue does."""
+        moment = to_datetime(now)
+        due = {job_id for job_id in self.timeout_watch if pending_too_long(self.unfinished[job_id], moment)}
+        snapshot_of, schedule, stats = self.whole.snapshots.of, self.whole.schedule, self.stats
+        given_per_group: dict[GroupKey, int] = {}
+        for _ in range(MAX_ATTEMPTS):
+            reduced = self.reducer.jobs(
+                unfinished=self.unfinished,
+                placed=self.placed,
+                groups=self.groups,
+                due=due,
+                given_per_group=given_per_group,
+            )
+            decisions = schedule(snapshot_of(now, reduced.jobs, reduced))
+            exact, give_more = self.reducer.verdict(
+                decisions, reduced, unfinished=self.unfinished, groups=self.groups
+            )
+            if exact:
+                stats.passes_reduced += 1
+                return decisions
+            stats.reduced_retries += 1
+            if give_more is None:
+                break
+            given_per_group.update(give_more)
+        else:
+            return None
+        leave_out_stuck, split, borrowing, cut_groups = True, True, frozenset(), True
+        while True:
+            preempting = self.reducer.jobs_for_preemption(
+                unfinished=self.unfinished,
+                placed=self.placed,
+                groups=self.groups,
+                due=due,
+                leave_out_stuck=leave_out_stuck,
+                split=split,
+                borrowing=borrowing,
+                cut_groups=cut_groups,
+            )
+            decisions = schedule(snapshot_of(now, preempting.jobs, preempting))
+            verdict, borrowed = self.reducer.preemption_verdict(decisions, preempting)
+            if verdict == Verdict.EXACT:
+                stats.passes_preempting += 1
+                return decisions
+            retries = stats.preempting_retries
+            retries[verdict.value] = retries.get(verdict.value, 0) + 1
+            if verdict == Verdict.RECLAIM_PAST_FRONT:
+                split = False
+            elif verdict == Verdict.BORROWED_IN_PASS:
+                borrowing |= borrowed
+            elif verdict == Verdict.SHORT_GROUP_GREW:
+                cut_groups = False
+            elif preempting.stuck:  # STUCK_GROUP_FREED, or WHOLE_QUEUE with stuck groups left out: them first
+                leave_out_stuck = False
+            else:
+                return None
+            stats.reduced_retries += 1
 
 
 def same_decisions(left: Decisions, right: Decisions) -> str | None:

@@ -5,10 +5,11 @@ boundaries, pending-timeout deadlines and pass ticks. Passes run on a clock (eve
 from `start`, or at the given `pass_times`); whatever happened since the last pass is seen by the next one,
 which is how the live system batches a burst of submissions into the pass that follows.
 
-After each pass its decisions are applied exactly as `scheduling.passes.snapshot.decisions_write` writes them: drains
-first, then preemptions, timeouts and admissions. An admitted job is RUNNING at once (plus `startup_seconds`,
-like the simulated executor) and completes `duration` seconds later; a preempted or drained job goes back to
-RUNNABLE keeping its submission time, and its work is thrown away: it restarts from zero when placed again.
+After each pass its decisions are applied exactly as `scheduling.passes.snapshot.decisions_write` writes
+them: drains first, then preemptions, timeouts and admissions. An admitted job is RUNNING at once (plus
+`startup_seconds`, like the simulated executor) and completes `duration` seconds later; a preempted or
+drained job goes back to RUNNABLE keeping its submission time, and its work is thrown away: it restarts from
+zero when placed again.
 
 A pass is skipped only when it provably decides nothing: the previous pass decided nothing and no event has
 happened since. The engine reads `now` only for plan windows and pending timeouts, and both are events here,
@@ -16,6 +17,9 @@ so such a pass would see the same snapshot and make the same (empty) decisions. 
 events nobody waiting can use, and gives the engine smaller snapshots that lead to the same decisions. Pass
 indexes stay those of the clock, so the record of a replay is the record of a live system passing at every
 tick.
+
+The loop asks one decider for each pass: `WholeQueueDecider`, the plain replay (the whole queue's snapshot to
+`engine.schedule`), or `shortcuts.ShortcutDecider`, which falls back to it wherever its proofs do not hold.
 """
 
 from __future__ import annotations
@@ -24,9 +28,8 @@ import heapq
 import math
 import time as wallclock
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
 
 from engine import (
     Decisions,
@@ -35,36 +38,25 @@ from engine import (
     JobStatus,
     Ordering,
     Placement,
-    Plan,
     Share,
     Snapshot,
     Strategy,
     schedule,
 )
 
-from .config import MAX_PREFERENCES, Configuration, entry_problem, validate
+from .config import EPOCH, MAX_PREFERENCES, Configuration, entry_problem, to_datetime, validate
 from .invariants import InvariantViolation, PassChecker
 from .meter import UsageMeter
 from .shortcuts import (
-    BORROWED,
-    CUT,
-    EXACT,
-    GROUPS,
-    MAX_ATTEMPTS,
     PlacedJobs,
     ReducedSnapshot,
     Reducer,
     RunnableGroups,
-    same_decisions,
+    ShortcutDecider,
     saturation_key,
 )
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ScheduleFunction = Callable[[Snapshot], Decisions]
-
-
-def to_datetime(seconds: float) -> datetime:
-    return EPOCH + timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +148,7 @@ class ReplayStats:
     passes_preempting: int = 0
     passes_whole: int = 0
     reduced_retries: int = 0
-    # why a pass that preempts was run again: verdicts of `Reducer.preemption_verdict` other than EXACT
+    # why a pass that preempts was run again: `shortcuts.Verdict` values other than "exact"
     preempting_retries: dict[str, int] = field(default_factory=dict)
     passes_skipped_after_events: int = 0
     wall_seconds: float = 0.0
@@ -211,6 +203,41 @@ class PassClock:
         return max(0, index)
 
 
+class Snapshots:
+    """The engine's snapshot of the simulation's queue at a pass: whole, or reduced by the shortcuts."""
+
+    def __init__(self, simulation: Simulation):
+        self.simulation = simulation
+
+    def whole(self, now: float) -> Snapshot:
+        return self.of(now, self.simulation.unfinished.values())
+
+    def of(self, now: float, jobs: Iterable[Job], reduced: ReducedSnapshot | None = None) -> Snapshot:
+        sim = self.simulation
+        return Snapshot(
+            now=to_datetime(now),
+            capacity=sim.capacity if reduced is None else reduced.capacity,
+            shares=sim.shares if reduced is None else reduced.shares,
+            jobs=tuple(jobs),
+            plans=sim.plans,
+            ordering=sim.config.ordering,
+            plan_drain_seconds=sim.config.plan_drain_seconds,
+        )
+
+
+class WholeQueueDecider:
+    """The plain replay: each pass is the engine's decisions on the whole queue's snapshot."""
+
+    def __init__(self, schedule: ScheduleFunction, snapshots: Snapshots, stats: ReplayStats):
+        self.schedule = schedule
+        self.snapshots = snapshots
+        self.stats = stats
+
+    def decide(self, index: int, now: float) -> Decisions:
+        self.stats.passes_whole += 1
+        return self.schedule(self.snapshots.whole(now))
+
+
 class Simulation:
     """One replay of `jobs` against one configuration. Use `simulate`."""
 
@@ -251,18 +278,7 @@ class Simulation:
             for s in configuration.shares
         )
         self.share_by_id = {share.id: share for share in self.shares}
-        self.plans = tuple(
-            Plan(
-                id=i + 1,
-                name=p.name,
-                instance_type=p.instance_type,
-                instance_count=p.instance_count,
-                start_time=to_datetime(p.start),
-                end_time=to_datetime(p.end),
-                share_ids=frozenset(self.share_ids[name] for name in p.shares),
-            )
-            for i, p in enumerate(configuration.plans)
-        )
+        self.plans = tuple(self.config.engine_plans.values())
         self.capacity = dict(configuration.capacity)
         self.arrivals = sorted(jobs, key=lambda job: (job.submitted_at, job.id))
         if len({job.id for job in self.arrivals}) != len(self.arrivals):
@@ -299,8 +315,22 @@ class Simulation:
         self.waiting_on_plan: dict[str, set[tuple]] = {}
         self.saturated: set[tuple] = set()
         self.needs_pass = False
-        self.reducer = Reducer(shares=self.share_by_id, capacity=self.capacity, plans=self.plans, epoch=EPOCH)
         self.stats = ReplayStats()
+        self.snapshots = Snapshots(self)
+        whole = WholeQueueDecider(self.schedule, self.snapshots, self.stats)
+        self.decider: WholeQueueDecider | ShortcutDecider = (
+            ShortcutDecider(
+                whole,
+                Reducer(shares=self.share_by_id, capacity=self.capacity, plans=self.plans, epoch=EPOCH),
+                unfinished=self.unfinished,
+                placed=self.placed,
+                groups=self.groups,
+                timeout_watch=self.timeout_watch,
+                verify=verify_shortcuts,
+            )
+            if shortcuts
+            else whole
+        )
         self.meter = UsageMeter(
             share_ids=[share.id for share in self.shares],
             capacity=self.capacity,
@@ -309,7 +339,17 @@ class Simulation:
             gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
             start=self.start,
         )
-        self.checker = PassChecker(configuration) if check else None
+        self.checker = (
+            PassChecker(
+                configuration.name,
+                capacity=self.capacity,
+                shares=self.shares,
+                plans=self.plans,
+                drain_seconds=configuration.plan_drain_seconds,
+            )
+            if check
+            else None
+        )
 
     def _all_types(self) -> set[str]:
         types = set(self.capacity)
@@ -348,7 +388,7 @@ class Simulation:
                 continue
             tick = wallclock.perf_counter()
             preempting, whole = stats.passes_preempting, stats.passes_whole
-            decisions = self._decide(index, now)
+            decisions = self.decider.decide(index, now)
             spent = wallclock.perf_counter() - tick
             stats.engine_seconds += spent
             kind = (
@@ -548,7 +588,7 @@ class Simulation:
         instance_type, count, plan, placed_at = outcome.placement
         self.meter.change(at, job.share_id, instance_type, plan, -count)
         if self.checker is not None:
-            self.checker.release(outcome.job.share, instance_type, plan, count)
+            self.checker.release(job.share_id, instance_type, plan, count)
         outcome.placement = None
         ran = max(0.0, at - placed_at - self.startup)
         return ran * count * self.config.gpus_of(instance_type)
@@ -590,85 +630,8 @@ class Simulation:
 
     # --- a pass ------------------------------------------------------------------------------------------
 
-    def _snapshot(self, now: float, jobs, reduced: ReducedSnapshot | None = None) -> Snapshot:
-        return Snapshot(
-            now=to_datetime(now),
-            capacity=self.capacity if reduced is None else reduced.capacity,
-            shares=self.shares if reduced is None else reduced.shares,
-            jobs=tuple(jobs),
-            plans=self.plans,
-            ordering=self.config.ordering,
-            plan_drain_seconds=self.config.plan_drain_seconds,
-        )
-
-    def _decide(self, index: int, now: float) -> Decisions:
-        """The engine's decisions for the whole queue: on a reduced snapshot when provably the same."""
-        decisions = self._decide_reduced(now) if self.shortcuts else None
-        if decisions is None:
-            self.stats.passes_whole += 1
-            decisions = self.schedule(self._snapshot(now, self.unfinished.values()))
-        elif self.verify:
-            whole = self.schedule(self._snapshot(now, self.unfinished.values()))
-            difference = same_decisions(decisions, whole)
-            if difference is not None:
-                raise AssertionError(f"shortcut changed pass {index} at {now}: {difference}")
-        return decisions
-
-    def _decide_reduced(self, now: float) -> Decisions | None:
-        """Shortcuts 1-3 of `simulator.shortcuts`; None when only the whole snapshot will do."""
-        moment = to_datetime(now)
-        due = {job_id for job_id in self.timeout_watch if pending_too_long(self.unfinished[job_id], moment)}
-        takes: dict = {}
-        for _ in range(MAX_ATTEMPTS):
-            reduced = self.reducer.jobs(
-                unfinished=self.unfinished, placed=self.placed, groups=self.groups, due=due, takes=takes
-            )
-            decisions = self.schedule(self._snapshot(now, reduced.jobs, reduced))
-            exact, widen = self.reducer.verdict(
-                decisions, reduced, unfinished=self.unfinished, groups=self.groups
-            )
-            if exact:
-                self.stats.passes_reduced += 1
-                return decisions
-            self.stats.reduced_retries += 1
-            if widen is None:
-                break
-            takes.update(widen)
-        else:
-            return None
-        leave_out_stuck, split, borrowing, cut_groups = True, True, frozenset(), True
-        while True:
-            preempting = self.reducer.jobs_for_preemption(
-                unfinished=self.unfinished,
-                placed=self.placed,
-                groups=self.groups,
-                due=due,
-                leave_out_stuck=leave_out_stuck,
-                split=split,
-                borrowing=borrowing,
-                cut_groups=cut_groups,
-            )
-            decisions = self.schedule(self._snapshot(now, preempting.jobs, preempting))
-            verdict, borrowed = self.reducer.preemption_verdict(decisions, preempting)
-            if verdict == EXACT:
-                self.stats.passes_preempting += 1
-                return decisions
-            retries = self.stats.preempting_retries
-            retries[verdict] = retries.get(verdict, 0) + 1
-            if verdict == CUT:
-                split = False
-            elif verdict == BORROWED:
-                borrowing |= borrowed
-            elif verdict == GROUPS:
-                cut_groups = False
-            elif preempting.stuck:  # STUCK, or WHOLE with stuck groups left out: first run it with them
-                leave_out_stuck = False
-            else:
-                return None
-            self.stats.reduced_retries += 1
-
     def _verify_nothing_to_decide(self, index: int, now: float) -> None:
-        decisions = self.schedule(self._snapshot(now, self.unfinished.values()))
+        decisions = self.schedule(self.snapshots.whole(now))
         if decisions.admissions or decisions.preemptions or decisions.drains or decisions.timeouts:
             raise AssertionError(
                 f"shortcut skipped pass {index} at {now}, which decides "
@@ -735,9 +698,7 @@ class Simulation:
         for admission in decisions.admissions:
             self._admit(admission, index, now)
         if self.checker is not None:
-            self.checker.check(
-                index=index, now=now, plans=self.config.plans, drain_seconds=self.config.plan_drain_seconds
-            )
+            self.checker.check(index=index, now=now, moment=to_datetime(now))
         return bool(decisions.admissions or decisions.preemptions or decisions.drains or decisions.timeouts)
 
     def _admit(self, admission, index: int, now: float) -> None:
@@ -774,7 +735,7 @@ class Simulation:
         )
         if self.checker is not None:
             self.checker.hold(
-                job.share, admission.instance_type, admission.training_plan, admission.instance_count
+                waiting.share_id, admission.instance_type, admission.training_plan, admission.instance_count
             )
         if job.duration is not None:
             heapq.heappush(self.completions, (now + self.startup + job.duration, job.id, outcome.attempt))
@@ -838,11 +799,6 @@ class Simulation:
         if outcome is None or outcome.placement is None:
             raise InvariantViolation(f"pass {index}: {what} of job {job_id}, which holds no capacity")
         return outcome
-
-
-def pending_too_long(job: Job, now: datetime) -> bool:
-    """The engine's PENDING_TIMEOUT rule on the same datetimes: the replay knows which jobs it will fail."""
-    return now - (job.runnable_since or job.submitted_at) > timedelta(seconds=job.max_pending_seconds)
 
 
 def simulate(

@@ -2,8 +2,9 @@
 
 `philly.csv` has one row per job: `timestamp` (submission, UTC, `YYYY-MM-DD HH:MM:SS`), `duration` (run time
 in seconds, summed over attempts, queueing excluded), `num_gpus`, `gpu_time` and `cluster` (the virtual
-cluster, VC). Rows are NOT sorted by time: the reader sorts them (by time, then file order). `philly_vc.csv`
-gives the nodes each VC was entitled to. See the traces folder's README (../shared/traces/ beside the project).
+cluster, VC). Rows are NOT sorted by time: the reader sorts them (by time, then file order).
+`philly_vc.csv` gives the nodes each VC was entitled to. See the traces folder's README (../shared/traces/
+beside the project).
 """
 
 from __future__ import annotations

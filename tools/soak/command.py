@@ -34,6 +34,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 
 import requests
@@ -47,6 +48,9 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from engine import UNLIMITED, Strategy, invariants
+from engine import Plan as EnginePlan
+from engine import Share as EngineShare
 from scheduling import rules, services
 from scheduling.models import (
     PLACED_STATUSES,
@@ -72,7 +76,6 @@ PREFIX = "soak-"
 SAMPLE_SECONDS = 0.5
 REQUEST_TIMEOUT = 30
 FAULT_GRACE_SECONDS = 5  # after a postgres fault, in-flight requests may fail for this long
-UNLIMITED = -1
 
 # --- the soak's configuration -------------------------------------------------------------------------------
 # Instance types, the simulated queue's capacities, and shares: (name, team, strategy, borrow limit,
@@ -146,6 +149,34 @@ class Config:
     plans: dict[int, dict]  # id -> {name, instance_count, start_time, end_time}
     type_names: dict[int, str] = field(default_factory=dict)
 
+    def type_name(self, type_id: int) -> str:
+        return str(self.type_names.get(type_id, type_id))
+
+    @cached_property
+    def queues(self) -> dict[int, tuple[dict[str, int], list[EngineShare]]]:
+        """Per queue, its capacity per type name and its shares, as `engine.invariants` reads them."""
+        queues: dict[int, tuple[dict[str, int], list[EngineShare]]] = {}
+        for (queue, type_id), maximum in self.capacity.items():
+            queues.setdefault(queue, ({}, []))[0][self.type_name(type_id)] = maximum
+        for share_id, share in self.shares.items():
+            limits = {
+                self.type_name(type_id): maximum
+                for (limit_share, type_id), maximum in self.limits.items()
+                if limit_share == share_id
+            }
+            queues.setdefault(share["queue"], ({}, []))[1].append(
+                EngineShare(id=share_id, name=share["name"], strategy=Strategy(share["strategy"]),
+                            limits=limits, borrow_limit=share["borrow_limit"])
+            )
+        return queues
+
+    def plan(self, plan_id: int) -> EnginePlan:
+        row = self.plans[plan_id]
+        # Rule D reads neither the type nor the shares of a plan.
+        return EnginePlan(id=plan_id, name=row["name"], instance_type="",
+                          instance_count=row["instance_count"], start_time=row["start_time"],
+                          end_time=row["end_time"])
+
 
 def config_load(queue_ids: list[int]) -> Config:
     envs = dict(JobQueue.objects.filter(pk__in=queue_ids).values_list("service_environment_id", "pk"))
@@ -190,37 +221,37 @@ def config_load(queue_ids: list[int]) -> Config:
 def capacity_violations(
     config: Config, usage: dict[tuple[int, int], int], plan_usage: dict[int, int], at: datetime
 ) -> list[str]:
-    """Every SPEC 2 rule broken by this on-demand usage per (share, type) and usage per plan, at `at`."""
+    """Every SPEC 2 rule (`engine.invariants`) broken by this on-demand usage per (share, type) and usage per
+    plan, at `at`. A plan may hold jobs until its end: a drain may still be on its way."""
     broken = []
-    used_total: Counter = Counter()  # (queue, type) -> sum of usage
-    held_total: Counter = Counter()  # (queue, type) -> sum of max(usage, reserved)
-    for share_id, type_id in set(usage) | set(config.limits):
-        share = config.shares[share_id]
-        used = usage.get((share_id, type_id), 0)
-        limit = config.limits.get((share_id, type_id), 0)
-        reserved = limit if share["strategy"] == "RESERVE" else 0
-        used_total[(share["queue"], type_id)] += used
-        held_total[(share["queue"], type_id)] += max(used, reserved)
-        name = f"share {share['name']} {config.type_names.get(type_id, type_id)}"
-        if share["strategy"] in ("RESERVE", "LEND") and used > limit:
-            broken.append(f"{name}: usage {used} over its limit {limit} ({share['strategy']} never borrows)")
-        elif share["strategy"] == "LEND_AND_BORROW" and share["borrow_limit"] != UNLIMITED:
-            ceiling = limit + limit * share["borrow_limit"] // 100
-            if used > ceiling:
-                broken.append(f"{name}: usage {used} over its borrow ceiling {ceiling}")
-    for key in set(used_total) | set(held_total):
-        cap = config.capacity.get(key, 0)
-        where = f"queue {key[0]} {config.type_names.get(key[1], key[1])}"
-        if used_total[key] > cap:
-            broken.append(f"{where}: on-demand usage {used_total[key]} over capacity {cap}")
-        if held_total[key] > cap:
-            broken.append(f"{where}: sum of max(usage, reserved) {held_total[key]} over capacity {cap}")
-    for plan_id, used in plan_usage.items():
-        plan = config.plans[plan_id]
-        if used > plan["instance_count"]:
-            broken.append(f"plan {plan['name']}: {used} in use over its {plan['instance_count']} instances")
-        if used and not plan["start_time"] <= at < plan["end_time"]:
-            broken.append(f"plan {plan['name']}: {used} in use while not ACTIVE")
+    for queue, (capacity, shares) in config.queues.items():
+        named_usage = {
+            (share_id, config.type_name(type_id)): used
+            for (share_id, type_id), used in usage.items()
+            if config.shares[share_id]["queue"] == queue
+        }
+        for breach in invariants.share_breaches(capacity, shares, named_usage):
+            if breach.rule == invariants.SHARE_CEILING:
+                share = breach.share
+                name = f"share {share.name} {breach.instance_type}"
+                if share.strategy == Strategy.LEND_AND_BORROW:
+                    broken.append(f"{name}: usage {breach.held} over its borrow ceiling {breach.allowed}")
+                else:
+                    broken.append(f"{name}: usage {breach.held} over its limit {breach.allowed} "
+                                  f"({share.strategy} never borrows)")
+            elif breach.rule == invariants.IN_USE:
+                broken.append(f"queue {queue} {breach.instance_type}: on-demand usage {breach.held} over "
+                              f"capacity {breach.allowed}")
+            else:
+                broken.append(f"queue {queue} {breach.instance_type}: sum of max(usage, reserved) "
+                              f"{breach.held} over capacity {breach.allowed}")
+    plans = [(config.plan(plan_id), used) for plan_id, used in plan_usage.items()]
+    for breach in invariants.plan_breaches(plans, now=at):
+        plan = breach.plan
+        if breach.rule == invariants.PLAN_COUNT:
+            broken.append(f"plan {plan.name}: {breach.held} in use over its {plan.instance_count} instances")
+        else:
+            broken.append(f"plan {plan.name}: {breach.held} in use while not ACTIVE")
     return broken
 
 
