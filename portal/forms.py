@@ -11,7 +11,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms.models import fields_for_model
 
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.models import (
     MAX_PREFERENCES,
     EventKind,
@@ -25,6 +25,7 @@ from scheduling.models import (
     TrainingPlan,
     name_validator,
 )
+from scheduling.services import jobs as job_services
 
 # --- errors from rules and services, back on their fields -------------------------------------------------
 
@@ -239,7 +240,7 @@ def with_preference_rows(data, rows: list[dict[str, str]]):
 
 def job_submission(
     form: JobForm, formset: PreferenceFormSet
-) -> tuple[services.JobSubmission, list[int]] | None:
+) -> tuple[job_services.JobSubmission, list[int]] | None:
     """The submission the valid form and formset describe, and the row of each entry; None if invalid."""
     form_ok, formset_ok = form.is_valid(), formset.is_valid()
     if not (form_ok and formset_ok):
@@ -255,7 +256,7 @@ def job_submission(
         )
         for i in rows
     ]
-    submission = services.JobSubmission(
+    submission = job_services.JobSubmission(
         name=data["name"],
         job_queue=share.job_queue,
         quota_share=share,

@@ -5,8 +5,10 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import OperationalError
 
-from scheduling import services
 from scheduling.models import JobQueue, ServiceEnvironment, State
+from scheduling.passes.requests import pass_waiting_clear
+from scheduling.passes.run import queue_pass_run
+from scheduling.services import executor, history
 
 
 @shared_task(acks_late=True, autoretry_for=(OperationalError,), retry_backoff=True, max_retries=5,
@@ -15,9 +17,10 @@ def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
     """One scheduling pass over one queue (safe to run twice: the pass is idempotent on a settled queue)."""
     if not JobQueue.objects.filter(pk=job_queue_id).exists():
         return {"job_queue_id": job_queue_id, "skipped": "queue no longer exists"}
-    services.pass_mark_clear(job_queue_id)
-    result = services.queue_pass_run(job_queue_id=job_queue_id, trigger=trigger)
-    return {"job_queue_id": job_queue_id, "admitted": len(result.admitted), "preempted": len(result.preempted)}
+    pass_waiting_clear(job_queue_id)
+    result = queue_pass_run(job_queue_id=job_queue_id, trigger=trigger)
+    return {"job_queue_id": job_queue_id, "admitted": len(result.admitted),
+            "preempted": len(result.preempted)}
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -37,10 +40,10 @@ def simulated_executor_tick() -> int:
         service_environment__executor=ServiceEnvironment.Executor.SIMULATED,
         service_environment__state=State.ENABLED,
     ).values_list("pk", flat=True)
-    return sum(services.simulated_executor_tick(job_queue_id=queue_id) for queue_id in queue_ids)
+    return sum(executor.simulated_executor_tick(job_queue_id=queue_id) for queue_id in queue_ids)
 
 
 @shared_task(acks_late=True, ignore_result=True)
 def prune_history() -> int:
     """Drop utilization samples and pass records older than HISTORY_DAYS (events are the audit log: kept)."""
-    return services.history_prune()
+    return history.history_prune()
