@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from scheduling import services
 from scheduling.models import Membership
+from scheduling.services import jobs as job_services
 
 REPORT_PERMISSION = "scheduling.report_job_status"
 
@@ -38,7 +38,7 @@ class IsStaffOrTeamManager(BasePermission):
 
     def has_object_permission(self, request, view, team) -> bool:
         user = request.user
-        return user.is_staff or services.user_team_role(user, team.pk) == Membership.Role.MANAGER
+        return user.is_staff or job_services.user_team_role(user, team.pk) == Membership.Role.MANAGER
 
 
 class CanReportJobStatus(BasePermission):

@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.validators import UniqueValidator
 
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.models import (
     MAX_PREFERENCES,
     Event,
@@ -30,6 +30,8 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.services import executor as executor_services
+from scheduling.services import jobs as job_services
 
 UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 
@@ -281,13 +283,13 @@ class JobSerializer(StrictModelSerializer):
         attrs["quota_share"] = share
         return attrs
 
-    def to_submission(self) -> services.JobSubmission:
+    def to_submission(self) -> job_services.JobSubmission:
         data = dict(self.validated_data)
         entries = [
             rules.PreferenceInput(entry["instance_type"], entry["instance_count"], entry["training_plan"])
             for entry in data.pop("instance_preferences")
         ]
-        return services.JobSubmission(instance_preferences=entries, **data)
+        return job_services.JobSubmission(instance_preferences=entries, **data)
 
 
 class JobPriorityUpdateSerializer(serializers.Serializer):
@@ -309,7 +311,8 @@ class JobCancelSerializer(StrictSerializer):
 
 
 class JobReportSerializer(StrictSerializer):
-    status = serializers.ChoiceField(choices=[status.value for status in services.REPORTABLE_STATUSES])
+    status = serializers.ChoiceField(
+        choices=[status.value for status in executor_services.REPORTABLE_STATUSES])
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 

@@ -26,7 +26,6 @@ from api.permissions import (
 )
 from api.schema import ApiAutoSchema
 from api.throttling import SubmissionRateThrottle
-from scheduling import services
 from scheduling.models import (
     PLACED_STATUSES,
     EnvironmentCapacity,
@@ -41,8 +40,12 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.passes import run as passes
 from scheduling.selectors.jobs import jobs_for_user, jobs_in_full
 from scheduling.selectors.queue import QueueSnapshot, queue_snapshot
+from scheduling.services import configuration as config_services
+from scheduling.services import executor as executor_services
+from scheduling.services import jobs as job_services
 
 SNAPSHOT_JOBS = 100
 
@@ -74,13 +77,14 @@ class ConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
         serializer.instance = self.get_queryset().get(pk=obj.pk)
 
     def perform_destroy(self, instance):
-        services.config_object_delete(obj=instance, actor=self.request.user)
+        config_services.config_object_delete(obj=instance, actor=self.request.user)
 
     def create_object(self, data: dict):
-        return services.config_object_create(model=self.queryset.model, fields=data, actor=self.request.user)
+        return config_services.config_object_create(model=self.queryset.model, fields=data,
+                                                    actor=self.request.user)
 
     def update_object(self, obj, data: dict):
-        return services.config_object_update(obj=obj, changes=data, actor=self.request.user)
+        return config_services.config_object_update(obj=obj, changes=data, actor=self.request.user)
 
 
 _limits = Prefetch("capacity_limits",
@@ -111,7 +115,7 @@ class TeamViewSet(ConfigViewSet):
         team = self.get_object()
         serializer = s.TeamMemberSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        membership, created = services.team_member_set(
+        membership, created = config_services.team_member_set(
             team=team, user=serializer.validated_data["username"], role=serializer.validated_data["role"],
             actor=request.user)
         return Response(s.MemberSerializer(membership).data,
@@ -124,12 +128,12 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
 
     def create_object(self, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits"))
-        return services.service_environment_create(fields=data, limits=limits, actor=self.request.user)
+        return config_services.service_environment_create(fields=data, limits=limits, actor=self.request.user)
 
     def update_object(self, obj, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits", None))
-        return services.service_environment_update(environment=obj, changes=data, limits=limits,
-                                                   actor=self.request.user)
+        return config_services.service_environment_update(environment=obj, changes=data, limits=limits,
+                                                          actor=self.request.user)
 
 
 class JobQueueViewSet(ConfigViewSet):
@@ -137,10 +141,10 @@ class JobQueueViewSet(ConfigViewSet):
     serializer_class = s.JobQueueSerializer
 
     def update_object(self, obj, data: dict):
-        return services.job_queue_update(job_queue=obj, changes=data, actor=self.request.user)
+        return config_services.job_queue_update(job_queue=obj, changes=data, actor=self.request.user)
 
     def perform_destroy(self, instance):
-        services.job_queue_delete(job_queue=instance, actor=self.request.user)
+        config_services.job_queue_delete(job_queue=instance, actor=self.request.user)
 
     @extend_schema(request=None, responses=s.ScheduleResultSerializer,
                    summary="Run one scheduling pass over the queue now, synchronously (staff)")
@@ -148,7 +152,7 @@ class JobQueueViewSet(ConfigViewSet):
             permission_classes=[IsAuthenticated, IsStaff])
     def schedule(self, request, pk=None):
         job_queue = self.get_object()
-        result = services.queue_pass_run(job_queue_id=job_queue.pk, trigger="api")
+        result = passes.queue_pass_run(job_queue_id=job_queue.pk, trigger="api")
         body = {"admitted": result.admitted, "preempted": result.preempted, "duration_ms": result.duration_ms}
         return Response(s.ScheduleResultSerializer(body).data)
 
@@ -188,18 +192,19 @@ class QuotaShareViewSet(ConfigViewSet):
 
     def create_object(self, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits"))
-        return services.quota_share_create(fields=data, limits=limits, actor=self.request.user)
+        return config_services.quota_share_create(fields=data, limits=limits, actor=self.request.user)
 
     def update_object(self, obj, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits", None))
-        return services.quota_share_update(share=obj, changes=data, limits=limits, actor=self.request.user)
+        return config_services.quota_share_update(share=obj, changes=data, limits=limits,
+                                                  actor=self.request.user)
 
     @extend_schema(summary="Delete a DISABLED share; its unfinished jobs are cancelled")
     def destroy(self, request, *args, **kwargs):
         return super().destroy(request, *args, **kwargs)
 
     def perform_destroy(self, instance):
-        services.quota_share_delete(share=instance, actor=self.request.user)
+        config_services.quota_share_delete(share=instance, actor=self.request.user)
 
 
 class TrainingPlanViewSet(ConfigViewSet):
@@ -214,12 +219,13 @@ class TrainingPlanViewSet(ConfigViewSet):
 
     def create_object(self, data: dict):
         quota_shares = data.pop("quota_shares", [])
-        return services.training_plan_create(fields=data, quota_shares=quota_shares, actor=self.request.user)
+        return config_services.training_plan_create(fields=data, quota_shares=quota_shares,
+                                                    actor=self.request.user)
 
     def update_object(self, obj, data: dict):
         quota_shares = data.pop("quota_shares", None)
-        return services.training_plan_update(plan=obj, changes=data, quota_shares=quota_shares,
-                                             actor=self.request.user)
+        return config_services.training_plan_update(plan=obj, changes=data, quota_shares=quota_shares,
+                                                    actor=self.request.user)
 
 
 # --- jobs ------------------------------------------------------------------------------------------------
@@ -260,7 +266,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     def create(self, request):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        job, created = services.job_submit(user=request.user, submission=serializer.to_submission())
+        job, created = job_services.job_submit(user=request.user, submission=serializer.to_submission())
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(self._job_body(job.pk), status=code)
 
@@ -270,8 +276,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
         job = self.get_object()
         serializer = s.JobPriorityUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        services.job_set_priority(job_id=job.pk, priority=serializer.validated_data["scheduling_priority"],
-                                  actor=request.user)
+        job_services.job_set_priority(job_id=job.pk,
+                                      priority=serializer.validated_data["scheduling_priority"],
+                                      actor=request.user)
         return Response(self._job_body(job.pk))
 
     @extend_schema(request=s.JobCancelSerializer, responses=s.JobSerializer,
@@ -281,7 +288,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
         job = self.get_object()
         serializer = s.JobCancelSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        services.job_cancel(job_id=job.pk, actor=request.user, reason=serializer.validated_data["reason"])
+        job_services.job_cancel(job_id=job.pk, actor=request.user, reason=serializer.validated_data["reason"])
         return Response(self._job_body(job.pk))
 
     @extend_schema(request=s.JobReportSerializer, responses=s.JobSerializer,
@@ -292,8 +299,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
         job = self.get_object()
         serializer = s.JobReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        services.job_report(job_id=job.pk, status=serializer.validated_data["status"],
-                            reason=serializer.validated_data["reason"], actor=request.user)
+        executor_services.job_report(job_id=job.pk, status=serializer.validated_data["status"],
+                                     reason=serializer.validated_data["reason"], actor=request.user)
         return Response(self._job_body(job.pk))
 
 

@@ -1,37 +1,21 @@
 """Prometheus metrics, read from the database at scrape time so every worker on every machine is counted.
 
 Names follow Kueue's style (`kueue_cluster_queue_resource_usage` -> `quotaportal_share_usage`). The pass
-duration histogram is kept cumulatively in the database by each pass (`pass_histogram_observe`), since the
-passes run in Celery workers that the web process cannot see.
+duration histogram is kept cumulatively in the database by each pass
+(`scheduling.passes.histogram.pass_histogram_observe`), since the passes run in Celery workers that the web
+process cannot see; this module only reads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from django.db.models import Count, F, Q
+from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from scheduling.models import PREEMPTION_KINDS, Event, EventKind, JobQueue, PassHistogramBucket
 from scheduling.selectors.usage import queue_usage
-
-PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def pass_histogram_observe(*, job_queue_id: int, seconds: float) -> None:
-    """Add one pass duration to the queue's cumulative histogram (2 queries; the rows are made on first use)."""
-    touched = PassHistogramBucket.objects.filter(job_queue_id=job_queue_id).filter(
-        Q(le__gte=seconds) | Q(le__isnull=True)).update(count=F("count") + 1)
-    if not touched:
-        PassHistogramBucket.objects.bulk_create(
-            [PassHistogramBucket(job_queue_id=job_queue_id, le=le, count=int(seconds <= le))
-             for le in PASS_DURATION_BUCKETS]
-            + [PassHistogramBucket(job_queue_id=job_queue_id, le=None, count=1, sum_seconds=seconds)],
-            ignore_conflicts=True)
-        return
-    PassHistogramBucket.objects.filter(job_queue_id=job_queue_id, le__isnull=True).update(
-        sum_seconds=F("sum_seconds") + seconds)
 
 
 class QuotaportalCollector(Collector):
@@ -39,8 +23,8 @@ class QuotaportalCollector(Collector):
 
     def collect(self) -> Iterator:
         share_labels = ["queue", "share", "instance_type"]
-        usage = GaugeMetricFamily("quotaportal_share_usage", "Instances in use by a share on on-demand capacity",
-                                  labels=share_labels)
+        usage = GaugeMetricFamily("quotaportal_share_usage",
+                                  "Instances in use by a share on on-demand capacity", labels=share_labels)
         limit = GaugeMetricFamily("quotaportal_share_limit", "A share's max_capacity for an instance type",
                                   labels=share_labels)
         borrowed = GaugeMetricFamily("quotaportal_share_borrowed", "Instances a share uses above its limit",
@@ -49,9 +33,11 @@ class QuotaportalCollector(Collector):
                                  labels=share_labels)
         pending = GaugeMetricFamily("quotaportal_share_pending_jobs", "RUNNABLE jobs of a share",
                                     labels=["queue", "share"])
-        capacity = GaugeMetricFamily("quotaportal_queue_capacity", "On-demand instances of the queue's environment",
+        capacity = GaugeMetricFamily("quotaportal_queue_capacity",
+                                     "On-demand instances of the queue's environment",
                                      labels=["queue", "instance_type"])
-        plan_use = GaugeMetricFamily("quotaportal_training_plan_in_use", "Instances in use on a training plan",
+        plan_use = GaugeMetricFamily("quotaportal_training_plan_in_use",
+                                     "Instances in use on a training plan",
                                      labels=["queue", "training_plan", "instance_type"])
         for queue in JobQueue.objects.select_related("service_environment").order_by("name"):
             summary = queue_usage(job_queue=queue)
@@ -66,13 +52,15 @@ class QuotaportalCollector(Collector):
             for type_usage in summary.types:
                 capacity.add_metric([queue.name, type_usage.instance_type], type_usage.capacity)
             for plan in summary.plans:
-                plan_use.add_metric([queue.name, plan["name"], plan["instance_type"]], plan["in_use_instance_count"])
+                plan_use.add_metric([queue.name, plan["name"], plan["instance_type"]],
+                                    plan["in_use_instance_count"])
         yield from (usage, limit, borrowed, lent, pending, capacity, plan_use)
         yield self._preemptions()
         yield from self._pass_durations()
 
     def _preemptions(self) -> CounterMetricFamily:
-        counter = CounterMetricFamily("quotaportal_preemptions", "Jobs preempted, by kind", labels=["queue", "kind"])
+        counter = CounterMetricFamily("quotaportal_preemptions", "Jobs preempted, by kind",
+                                      labels=["queue", "kind"])
         names = dict(JobQueue.objects.values_list("id", "name"))
         counts = Event.objects.filter(kind__in=PREEMPTION_KINDS).values_list("job_queue_id", "kind").annotate(
             n=Count("id")).order_by()

@@ -180,7 +180,8 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # A Redis host that does not answer must not hold a web request until TCP gives up.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2}
 # Publishing to a broker that is down gives up within about a second; the request that asked for a pass still
-# succeeds (services.pass_request logs the failure) and the beat runs the pass once the broker is back.
+# succeeds (`scheduling.passes.requests.pass_request` logs the failure) and the beat runs the pass once the
+# broker is back.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
@@ -287,7 +288,7 @@ SPECTACULAR_SETTINGS = {
     ],
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduling.models.JobStatus",
-        "ReportedJobStatusEnum": "scheduling.services.REPORTABLE_STATUSES",
+        "ReportedJobStatusEnum": "scheduling.services.executor.REPORTABLE_STATUSES",
         "TrainingPlanStatusEnum": "scheduling.models.TrainingPlan.Status",
     },
 }

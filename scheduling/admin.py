@@ -1,14 +1,17 @@
-"""The Django admin for every model. Validation comes from `scheduling.rules`, shown next to the field at
-fault; every configuration change is recorded as a CONFIG_CHANGED event with its before and after."""
+"""The Django admin for every model. Configuration is saved through the same services as the pages and
+the API (`scheduling.services.configuration`): the same queue lock, `scheduling.rules` and CONFIG_CHANGED
+record with its before and after, and the pass the change asks for. A refused rule is shown on the form."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.forms.models import BaseInlineFormSet
+from django.db import models
 
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.errors import DomainError
 from scheduling.models import (
     EnvironmentCapacity,
@@ -28,6 +31,8 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.services import configuration as config_services
+from scheduling.services import jobs as job_services
 
 
 def error_messages(exc: ValidationError) -> list[str]:
@@ -37,28 +42,122 @@ def error_messages(exc: ValidationError) -> list[str]:
     return list(exc.messages)
 
 
-class AuditedAdmin(admin.ModelAdmin):
-    """Records a CONFIG_CHANGED event (who, what, before, after) for every add, change and delete."""
+class _Refused(Exception):
+    """A service refused the change the admin's form let through (its ValidationError rides along)."""
+
+    def __init__(self, error: ValidationError):
+        super().__init__(error)
+        self.error = error
+
+
+def _errors_onto(form, error: ValidationError) -> None:
+    """Put a service's ValidationError on the admin form: by field where the form has one, else on top."""
+    if not hasattr(error, "error_dict"):
+        form.add_error(None, error.messages)
+        return
+    for key, errors in error.error_dict.items():
+        form.add_error(key if key in form.fields else None, errors)
+
+
+def _rows(formsets) -> list[dict[str, Any]]:
+    """The cleaned rows of the inline formsets that stay (not deleted, not left blank)."""
+    return [form.cleaned_data for formset in formsets for form in formset.forms
+            if form.cleaned_data and not form.cleaned_data.get("DELETE")]
+
+
+def _limits(formsets) -> list[rules.LimitInput]:
+    return [rules.LimitInput(row["instance_type"], row["max_capacity"])
+            for row in _rows(formsets) if row.get("instance_type")]
+
+
+def _fields(form, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {name: value for name, value in form.cleaned_data.items() if name not in leave_out}
+
+
+class ServiceForm(forms.ModelForm):
+    """Checks the fields only, as the services' own field check does: the model's check constraints are
+    left to the service, whose rules say which field is at fault and what to do (a constraint names only
+    itself)."""
+
+    def _post_clean(self):
+        full_clean = self.instance.full_clean
+        self.instance.full_clean = lambda **options: full_clean(**options, validate_constraints=False)
+        try:
+            super()._post_clean()
+        finally:
+            del self.instance.full_clean
+
+
+class ServiceAdmin(admin.ModelAdmin):
+    """Adds, changes and deletes through the configuration services, as the pages and the API do.
+
+    The admin's forms check fields only; the service checks the rules under the queue lock as it saves. When
+    it refuses, the admin's transaction rolls back and the form is shown again as posted, with the service's
+    messages on it. Subclasses say which service creates and which changes (with the inline rows, if any).
+    """
+
+    form = ServiceForm
+
+    def service_create(self, request, form, formsets) -> models.Model:
+        return config_services.config_object_create(model=self.model, fields=_fields(form),
+                                                    actor=request.user)
+
+    def service_update(self, request, obj, form, formsets) -> models.Model:
+        return config_services.config_object_update(obj=obj, changes=_fields(form), actor=request.user)
+
+    def service_delete(self, request, obj) -> None:
+        config_services.config_object_delete(obj=obj, actor=request.user)
 
     def save_model(self, request, obj, form, change):
-        # The before-state is read before anything is written: inlines are saved later, in save_related.
-        request._quotaportal_before = (
-            services.config_state(type(obj).objects.get(pk=obj.pk)) if change and obj.pk else None
-        )
-        super().save_model(request, obj, form, change)
+        """Nothing yet: the service saves the object with its inline rows, in `save_related`."""
 
     def save_related(self, request, form, formsets, change):
-        super().save_related(request, form, formsets, change)
-        obj = form.instance
-        services.config_change_record(
-            actor=request.user, obj=obj, action="changed" if change else "created",
-            before=getattr(request, "_quotaportal_before", None), after=services.config_state(obj),
-        )
+        """Save the object and its inline rows through the service, in the admin's transaction."""
+        try:
+            if change:
+                self.service_update(request, form.instance, form, formsets)
+            else:
+                # The admin's log entry and redirect name its own (unsaved) instance: give it the row's id.
+                form.instance.pk = self.service_create(request, form, formsets).pk
+        except ValidationError as exc:
+            raise _Refused(exc) from None
+        for formset in formsets:
+            # What `construct_change_message` reads, which the formsets' own save() would have set.
+            kept = [f for f in formset.forms if f.has_changed() and not f.cleaned_data.get("DELETE")]
+            formset.new_objects = [f.instance for f in kept if f in formset.extra_forms]
+            formset.changed_objects = [(f.instance, f.changed_data) for f in kept
+                                       if f in formset.initial_forms]
+            formset.deleted_objects = [f.instance for f in formset.initial_forms
+                                       if f.cleaned_data.get("DELETE")]
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except _Refused as refused:
+            # Its transaction has rolled back; the same POST again, with the refusal on the form, shows it.
+            request._quotaportal_refusal = refused.error
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form_class = super().get_form(request, obj, change=change, **kwargs)
+        refusal = getattr(request, "_quotaportal_refusal", None)
+        if refusal is None:
+            return form_class
+
+        class RefusedForm(form_class):
+            def clean(self):
+                cleaned = super().clean()
+                _errors_onto(self, refusal)
+                return cleaned
+
+        return RefusedForm
 
     def delete_model(self, request, obj):
-        services.config_change_record(actor=request.user, obj=obj, action="deleted",
-                                      before=services.config_state(obj), after=None)
-        super().delete_model(request, obj)
+        try:
+            self.service_delete(request, obj)
+        except (ValidationError, DomainError) as exc:
+            self.message_user(request, "; ".join(error_messages(exc)) if isinstance(exc, ValidationError)
+                              else exc.message, level=messages.ERROR)
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
@@ -66,7 +165,7 @@ class AuditedAdmin(admin.ModelAdmin):
 
 
 @admin.register(InstanceType)
-class InstanceTypeAdmin(AuditedAdmin):
+class InstanceTypeAdmin(ServiceAdmin):
     list_display = ("name", "gpu_count", "accelerated", "hourly_price")
     search_fields = ("name",)
 
@@ -82,81 +181,105 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(AuditedAdmin):
+class TeamAdmin(ServiceAdmin):
+    """A team's own fields through `config_object_*`, its members through `team_member_set`/`_remove`."""
+
     list_display = ("name", "slug")
     prepopulated_fields = {"slug": ("name",)}
     search_fields = ("name", "slug")
     inlines = [MembershipInline]
 
+    def service_create(self, request, form, formsets) -> models.Model:
+        team = super().service_create(request, form, formsets)
+        self._members_save(request, team, formsets)
+        return team
 
-class EnvironmentCapacityFormSet(BaseInlineFormSet):
-    def clean(self):
-        super().clean()
-        environment = self.instance
-        capacities = {
-            form.cleaned_data["instance_type"]: form.cleaned_data["max_capacity"]
-            for form in self.forms
-            if form.cleaned_data and not form.cleaned_data.get("DELETE") and form.cleaned_data.get("instance_type")
-        }
-        queue = JobQueue.objects.filter(service_environment=environment).first() if environment.pk else None
-        try:
-            rules.validate_environment_capacity(job_queue=queue, capacities=capacities)
-        except ValidationError as exc:
-            raise ValidationError(error_messages(exc)) from None
+    def service_update(self, request, obj, form, formsets) -> models.Model:
+        team = super().service_update(request, obj, form, formsets)
+        self._members_save(request, team, formsets)
+        return team
+
+    def _members_save(self, request, team: Team, formsets) -> None:
+        for formset in formsets:
+            for row in formset.forms:
+                data = row.cleaned_data
+                if not data or not (row.has_changed() or data.get("DELETE")):
+                    continue
+                was = row.initial.get("user")  # the member an existing row named before this change
+                if was is not None and (data.get("DELETE") or data["user"].pk != was):
+                    config_services.team_member_remove(team=team, user_id=was, actor=request.user)
+                if not data.get("DELETE"):
+                    config_services.team_member_set(team=team, user=data["user"], role=data["role"],
+                                                    actor=request.user)
 
 
 class EnvironmentCapacityInline(admin.TabularInline):
     model = EnvironmentCapacity
-    formset = EnvironmentCapacityFormSet
     extra = 1
 
 
 @admin.register(ServiceEnvironment)
-class ServiceEnvironmentAdmin(AuditedAdmin):
+class ServiceEnvironmentAdmin(ServiceAdmin):
     list_display = ("name", "state", "executor")
     list_filter = ("state", "executor")
     inlines = [EnvironmentCapacityInline]
 
+    def service_create(self, request, form, formsets) -> models.Model:
+        return config_services.service_environment_create(fields=_fields(form), limits=_limits(formsets),
+                                                          actor=request.user)
+
+    def service_update(self, request, obj, form, formsets) -> models.Model:
+        limits = _limits(formsets) if any(formset.has_changed() for formset in formsets) else None
+        return config_services.service_environment_update(environment=obj, changes=_fields(form),
+                                                          limits=limits, actor=request.user)
+
 
 @admin.register(JobQueue)
-class JobQueueAdmin(AuditedAdmin):
+class JobQueueAdmin(ServiceAdmin):
     list_display = ("name", "priority", "state", "service_environment", "ordering")
     list_filter = ("state", "ordering")
 
+    def service_update(self, request, obj, form, formsets) -> models.Model:
+        return config_services.job_queue_update(job_queue=obj, changes=_fields(form), actor=request.user)
 
-class ShareCapacityLimitFormSet(BaseInlineFormSet):
-    def clean(self):
-        super().clean()
-        share = self.instance
-        if not share.job_queue_id or any(form.errors for form in self.forms):
-            return  # the share's own form or a row is already in error: say that first
-        limits = [
-            rules.LimitInput(form.cleaned_data["instance_type"], form.cleaned_data["max_capacity"])
-            for form in self.forms
-            if form.cleaned_data and not form.cleaned_data.get("DELETE") and form.cleaned_data.get("instance_type")
-        ]
-        try:
-            rules.validate_quota_share(
-                share=share if share.pk else None, job_queue=share.job_queue, name=share.name,
-                strategy=share.strategy, borrow_limit=share.borrow_limit, limits=limits,
-            )
-        except ValidationError as exc:
-            raise ValidationError(error_messages(exc)) from None
+    def service_delete(self, request, obj) -> None:
+        config_services.job_queue_delete(job_queue=obj, actor=request.user)
+
+    def has_delete_permission(self, request, obj=None):
+        # As for a share: a queue is deleted only once DISABLED, and its jobs go with it.
+        if obj is not None and obj.state != State.DISABLED:
+            return False
+        return super().has_delete_permission(request, obj)
 
 
 class ShareCapacityLimitInline(admin.TabularInline):
     model = ShareCapacityLimit
-    formset = ShareCapacityLimitFormSet
     extra = 1
     max_num = 5
 
 
 @admin.register(QuotaShare)
-class QuotaShareAdmin(AuditedAdmin):
+class QuotaShareAdmin(ServiceAdmin):
     list_display = ("name", "job_queue", "team", "strategy", "borrow_limit", "in_share_preemption", "state")
     list_filter = ("job_queue", "strategy", "state")
     search_fields = ("name", "team__name")
     inlines = [ShareCapacityLimitInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A share stays in its queue (`quota_share_update` refuses a move).
+        return ("job_queue",) if obj is not None else ()
+
+    def service_create(self, request, form, formsets) -> models.Model:
+        return config_services.quota_share_create(fields=_fields(form), limits=_limits(formsets),
+                                                  actor=request.user)
+
+    def service_update(self, request, obj, form, formsets) -> models.Model:
+        limits = _limits(formsets) if any(formset.has_changed() for formset in formsets) else None
+        return config_services.quota_share_update(share=obj, changes=_fields(form), limits=limits,
+                                                  actor=request.user)
+
+    def service_delete(self, request, obj) -> None:
+        config_services.quota_share_delete(share=obj, actor=request.user)
 
     def has_delete_permission(self, request, obj=None):
         # SPEC 1: a share is deleted only once DISABLED; deletion cancels its unfinished jobs.
@@ -164,41 +287,23 @@ class QuotaShareAdmin(AuditedAdmin):
             return False
         return super().has_delete_permission(request, obj)
 
-    def delete_model(self, request, obj):
-        try:
-            services.quota_share_delete(share=obj, actor=request.user)
-        except (ValidationError, DomainError) as exc:
-            self.message_user(request, "; ".join(error_messages(exc)) if isinstance(exc, ValidationError)
-                              else exc.message, level=messages.ERROR)
-
-    def delete_queryset(self, request, queryset):
-        for share in queryset:
-            self.delete_model(request, share)
-
-
-class TrainingPlanForm(forms.ModelForm):
-    class Meta:
-        model = TrainingPlan
-        fields = "__all__"
-
-    def clean(self):
-        cleaned = super().clean()
-        queue = cleaned.get("job_queue")
-        if queue is not None:
-            rules.validate_training_plan(
-                plan=self.instance if self.instance.pk else None, job_queue=queue,
-                instance_count=cleaned.get("instance_count"), start_time=cleaned.get("start_time"),
-                end_time=cleaned.get("end_time"), quota_shares=cleaned.get("quota_shares") or [],
-            )
-        return cleaned
-
 
 @admin.register(TrainingPlan)
-class TrainingPlanAdmin(AuditedAdmin):
-    form = TrainingPlanForm
-    list_display = ("name", "job_queue", "instance_type", "instance_count", "start_time", "end_time", "status")
+class TrainingPlanAdmin(ServiceAdmin):
+    list_display = ("name", "job_queue", "instance_type", "instance_count", "start_time", "end_time",
+                    "status")
     list_filter = ("job_queue", "instance_type")
     filter_horizontal = ("quota_shares",)
+
+    def service_create(self, request, form, formsets) -> models.Model:
+        return config_services.training_plan_create(
+            fields=_fields(form, leave_out=("quota_shares",)),
+            quota_shares=list(form.cleaned_data["quota_shares"]), actor=request.user)
+
+    def service_update(self, request, obj, form, formsets) -> models.Model:
+        return config_services.training_plan_update(
+            plan=obj, changes=_fields(form, leave_out=("quota_shares",)),
+            quota_shares=list(form.cleaned_data["quota_shares"]), actor=request.user)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -243,7 +348,7 @@ class JobAdmin(admin.ModelAdmin):
         cancelled = 0
         for job_id in queryset.values_list("pk", flat=True):
             try:
-                services.job_cancel(job_id=job_id, actor=request.user, reason="cancelled from the admin")
+                job_services.job_cancel(job_id=job_id, actor=request.user, reason="cancelled from the admin")
                 cancelled += 1
             except DomainError as exc:
                 self.message_user(request, exc.message, level=messages.WARNING)
@@ -263,7 +368,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "kind", "job", "quota_share", "other_job", "other_share", "actor", "message")
+    list_display = ("created_at", "kind", "job", "quota_share", "other_job", "other_share", "actor",
+                    "message")
     list_filter = ("kind",)
     search_fields = ("message",)
     list_select_related = ("job", "quota_share", "other_job", "other_share", "actor")
@@ -271,12 +377,14 @@ class EventAdmin(ReadOnlyAdmin):
 
 @admin.register(SchedulingPass)
 class SchedulingPassAdmin(ReadOnlyAdmin):
-    list_display = ("started_at", "job_queue", "trigger", "duration_ms", "jobs_considered", "placed_within_quota",
-                    "placed_borrowing", "preempted_reclaim", "preempted_in_share", "fallbacks")
+    list_display = ("started_at", "job_queue", "trigger", "duration_ms", "jobs_considered",
+                    "placed_within_quota", "placed_borrowing", "preempted_reclaim", "preempted_in_share",
+                    "fallbacks")
     list_filter = ("job_queue", "trigger")
 
 
 @admin.register(ShareUsageSample)
 class ShareUsageSampleAdmin(ReadOnlyAdmin):
-    list_display = ("taken_at", "quota_share", "instance_type", "limit", "usage", "borrowed", "lent", "pending")
+    list_display = ("taken_at", "quota_share", "instance_type", "limit", "usage", "borrowed", "lent",
+                    "pending")
     list_filter = ("quota_share",)

@@ -317,10 +317,6 @@ class Job(models.Model):
         return self.status in FINISHED_STATUSES
 
     @property
-    def is_placed(self) -> bool:
-        return self.status in PLACED_STATUSES
-
-    @property
     def waiting(self) -> PendingState | None:
         """The last pass's verdict on a RUNNABLE job (load with `select_related("pending")`), else None."""
         if self.status != JobStatus.RUNNABLE:

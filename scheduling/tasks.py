@@ -7,8 +7,10 @@ import logging
 from celery import shared_task
 from django.db import OperationalError
 
-from scheduling import services
 from scheduling.models import JobQueue, ServiceEnvironment, State
+from scheduling.passes.requests import pass_waiting_clear
+from scheduling.passes.run import queue_pass_run
+from scheduling.services import executor, history
 
 logger = logging.getLogger("quotaportal.scheduling")
 
@@ -18,9 +20,9 @@ logger = logging.getLogger("quotaportal.scheduling")
 def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
     """One scheduling pass over one queue (safe to run twice: the pass is idempotent on a settled queue)."""
     if JobQueue.objects.filter(pk=job_queue_id).exists():
-        services.pass_mark_clear(job_queue_id)
+        pass_waiting_clear(job_queue_id)
         try:
-            result = services.queue_pass_run(job_queue_id=job_queue_id, trigger=trigger)
+            result = queue_pass_run(job_queue_id=job_queue_id, trigger=trigger)
         except JobQueue.DoesNotExist:  # deleted between the check above and the pass taking its row lock
             pass
         else:
@@ -47,10 +49,10 @@ def simulated_executor_tick() -> int:
         service_environment__executor=ServiceEnvironment.Executor.SIMULATED,
         service_environment__state=State.ENABLED,
     ).values_list("pk", flat=True)
-    return sum(services.simulated_executor_tick(job_queue_id=queue_id) for queue_id in queue_ids)
+    return sum(executor.simulated_executor_tick(job_queue_id=queue_id) for queue_id in queue_ids)
 
 
 @shared_task(acks_late=True, ignore_result=True)
 def prune_history() -> int:
     """Drop utilization samples and pass records older than HISTORY_DAYS (events are the audit log: kept)."""
-    return services.history_prune()
+    return history.history_prune()

@@ -103,18 +103,22 @@ def build_history(*, minutes: int) -> None:
         replay(clock=clock, until=real_now())
     finally:
         timezone.now = real_now
-    from scheduling import services
     from scheduling.models import JobQueue
+    from scheduling.passes import run as passes
+    from scheduling.services import executor as executor_services
 
     for queue in JobQueue.objects.all():
-        services.simulated_executor_tick(job_queue_id=queue.pk)
-        services.queue_pass_run(job_queue_id=queue.pk, trigger="screenshots")
+        executor_services.simulated_executor_tick(job_queue_id=queue.pk)
+        passes.queue_pass_run(job_queue_id=queue.pk, trigger="screenshots")
 
 
 def replay(*, clock: dict, until) -> None:
-    from scheduling import rules, services
+    from scheduling import rules
     from scheduling.management.commands.seed_demo import JOB_NAMES, PREFERENCE_LISTS
     from scheduling.models import InstanceType, JobQueue, QuotaShare, TrainingPlan
+    from scheduling.passes import run as passes
+    from scheduling.services import executor as executor_services
+    from scheduling.services import jobs as job_services
 
     rng = random.Random(7)
     queue = JobQueue.objects.get(name="training")
@@ -130,9 +134,9 @@ def replay(*, clock: dict, until) -> None:
         number += 1
         share = shares[share_name]
         submitter = share.team.memberships.order_by("user__username").first().user
-        services.job_submit(
+        job_services.job_submit(
             user=submitter,
-            submission=services.JobSubmission(
+            submission=job_services.JobSubmission(
                 name=f"{share_name}-{rng.choice(JOB_NAMES)}-{number}",
                 job_queue=queue,
                 quota_share=share,
@@ -155,8 +159,8 @@ def replay(*, clock: dict, until) -> None:
         ):  # owners come back for what they lent, and a research job jumps its share's queue
             submit("speech", [("ml.g5.12xlarge", 4, None)], 50)
             submit("research", [("ml.g5.12xlarge", 3, None)], 900)
-        services.simulated_executor_tick(job_queue_id=queue.pk)
-        services.queue_pass_run(job_queue_id=queue.pk, trigger="replay")
+        executor_services.simulated_executor_tick(job_queue_id=queue.pk)
+        passes.queue_pass_run(job_queue_id=queue.pk, trigger="replay")
         clock["now"] += STEP
 
 
@@ -216,8 +220,8 @@ def photograph(
 ) -> None:
     from playwright.sync_api import sync_playwright
 
-    from scheduling import services
     from scheduling.models import Job, QuotaShare
+    from scheduling.passes import run as passes
 
     out.mkdir(parents=True, exist_ok=True)
     vision = QuotaShare.objects.get(name="vision")
@@ -230,7 +234,7 @@ def photograph(
 
     def beat() -> None:
         """What the beat would have done by now: the pages then show a pass seconds old, as in production."""
-        services.queue_pass_run(job_queue_id=vision.job_queue_id, trigger="screenshots")
+        passes.queue_pass_run(job_queue_id=vision.job_queue_id, trigger="screenshots")
 
     def shoot(page, name: str, **options) -> None:
         page.screenshot(path=str(out / f"{name}.png"), full_page=True, **options)

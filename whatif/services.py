@@ -17,9 +17,12 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
-from scheduling import rules, services
+from quotaportal.celery import task_named
+from scheduling import rules
 from scheduling.errors import Conflict
 from scheduling.models import Event, EventKind, InstanceType, Job, JobQueue, QuotaShare
+from scheduling.services.configuration import quota_share_update
+from scheduling.services.locks import queue_lock
 from simulator import ConfigurationError, InvariantViolation
 from simulator.config import configuration_from_mapping
 from simulator.runner import replay_configurations
@@ -195,9 +198,9 @@ def whatif_run_start(*, job_queue: JobQueue, proposal: Sequence[ShareProposal], 
 
 
 def _whatif_enqueue(run_id: int) -> None:
-    from whatif.tasks import run_whatif
-
+    # Found by name: importing `whatif.tasks` would import this module back.
     def enqueue() -> None:
+        run_whatif = task_named("whatif.tasks.run_whatif")
         try:
             run_whatif.delay(run_id)
         except Exception as exc:  # kombu.exceptions.OperationalError, or whatever the transport raises
@@ -357,7 +360,7 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
     was when the run started: a result computed for another configuration says nothing about this one.
     Holds the queue's row lock from the comparison to the last write.
     """
-    job_queue = services._lock_queue(run.job_queue_id)
+    job_queue = queue_lock(run.job_queue_id)
     run = WhatIfRun.objects.select_for_update().get(pk=run.pk)
     if run.status != WhatIfRun.Status.DONE:
         raise Conflict(f"what-if #{run.pk} is {run.status.lower()}: only a finished run can be applied")
@@ -382,14 +385,15 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
     types = {t.name: t for t in InstanceType.objects.filter(name__in=run.baseline["capacity"])}
     try:
         for name, limits, final in steps:
-            services.quota_share_update(
+            quota_share_update(
                 share=shares[name],
                 changes={key: proposal[name][key] for key in WHATIF_SHARE_FIELDS} if final else {},
                 limits=[rules.LimitInput(types[type_], count) for type_, count in sorted(limits.items())],
                 actor=actor)
     except ValidationError as exc:
         # Checked when the run started and the queue has not changed since: only a rule changed meanwhile.
-        raise Conflict(f"the proposal could not be applied ({'; '.join(exc.messages)}); nothing was changed") from None
+        raise Conflict(f"the proposal could not be applied ({'; '.join(exc.messages)}); "
+                       f"nothing was changed") from None
     now = timezone.now()
     who = getattr(actor, "username", None) or "system"
     Event.objects.create(

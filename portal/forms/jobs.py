@@ -1,5 +1,5 @@
 """Submitting a job (its fields and its preference list, row by row) and acting on one. Field-level checks
-only: the cross-row rules run in `services.job_submit`; `errors.add_submission_errors` puts theirs back."""
+only: the cross-row rules run in `job_services.job_submit`; `errors.add_submission_errors` puts theirs back."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import uuid
 from django import forms
 
 from portal.forms.fields import MAX_STORED_INT
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.models import MAX_PREFERENCES, InstanceType, QuotaShare, State, TrainingPlan, name_validator
+from scheduling.services import jobs as job_services
 
 
 class ShareChoiceField(forms.ModelChoiceField):
@@ -171,7 +172,7 @@ def with_preference_rows(data, rows: list[dict[str, str]]):
 
 def job_submission(
     form: JobForm, formset: PreferenceFormSet
-) -> tuple[services.JobSubmission, list[int]] | None:
+) -> tuple[job_services.JobSubmission, list[int]] | None:
     """The submission the valid form and formset describe, and the row of each entry; None if invalid."""
     form_ok, formset_ok = form.is_valid(), formset.is_valid()
     if not (form_ok and formset_ok):
@@ -187,7 +188,7 @@ def job_submission(
         )
         for i in rows
     ]
-    submission = services.JobSubmission(
+    submission = job_services.JobSubmission(
         name=data["name"],
         job_queue=share.job_queue,
         quota_share=share,

@@ -25,9 +25,9 @@ from portal.forms.jobs import (
     with_preference_rows,
 )
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
-from scheduling import services
 from scheduling.errors import DomainError, NotAllowed
 from scheduling.selectors import events, jobs
+from scheduling.services import jobs as job_services
 
 # --- the list -----------------------------------------------------------------------------------------------
 
@@ -74,13 +74,13 @@ def _render_job_form(request, form, formset, *, validated: bool, status: int = 2
 
 
 def _check_submission(request, form, formset):
-    """Validate as `services.job_submit` will, without creating anything; (submission, rows)."""
+    """Validate as `job_services.job_submit` will, without creating anything; (submission, rows)."""
     built = job_submission(form, formset)
     if built is None:
         return None
     submission, rows = built
     try:
-        services.job_submission_validate(user=request.user, submission=submission)
+        job_services.job_submission_validate(user=request.user, submission=submission)
     except NotAllowed as exc:
         form.add_error("quota_share", exc.message)
         return None
@@ -106,7 +106,7 @@ def job_new(request):
         return _render_job_form(request, form, formset, validated=True, status=400)
     submission, rows = checked
     try:
-        job, created = services.job_submit(user=request.user, submission=submission)
+        job, created = job_services.job_submit(user=request.user, submission=submission)
     except ValidationError as exc:  # the rules ran again inside the service, and something changed meanwhile
         add_submission_errors(form, formset, exc, rows)
         return _render_job_form(request, form, formset, validated=True, status=400)
@@ -165,7 +165,7 @@ def job_detail(request, job_id: int):
     context = {
         "job": job,
         "events": events.job_events(viewer=viewer(request), job_id=job.pk),
-        "can_manage": services.job_can_manage(user=request.user, job=job),
+        "can_manage": job_services.job_can_manage(user=request.user, job=job),
         "priority_form": PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
         "cancel_form": CancelForm(),
         "refresh_seconds": refresh_seconds(),
@@ -179,7 +179,7 @@ def job_cancel(request, job_id: int):
     job = _visible_job(request, job_id)
     form = CancelForm(request.POST)
     if form.is_valid():
-        services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
+        job_services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
         messages.success(request, f"Cancelled {job.name}.")
     return redirect(reverse("job_detail", args=[job.pk]))
 
@@ -195,7 +195,7 @@ def job_priority(request, job_id: int):
                 messages.error(request, message)
         return redirect(reverse("job_detail", args=[job.pk]))
     try:
-        services.job_set_priority(
+        job_services.job_set_priority(
             job_id=job.pk, priority=form.cleaned_data["scheduling_priority"], actor=request.user
         )
     except ValidationError as exc:

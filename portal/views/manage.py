@@ -14,9 +14,10 @@ from django.views.decorators.http import require_GET, require_POST
 from portal.forms.configuration import JobQueueForm, QuotaShareForm, ServiceEnvironmentForm, TrainingPlanForm
 from portal.forms.errors import add_errors, error_dict
 from portal.views.common import staff_page
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.models import JobQueue, QuotaShare, ServiceEnvironment, TrainingPlan
 from scheduling.selectors import configuration, shares
+from scheduling.services import configuration as config_services
 
 
 def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object], update: Callable[[], object]):
@@ -51,9 +52,10 @@ def queue_edit(request, queue_id: int | None = None):
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=queue, what="queue", to="manage_queues",
-            create=lambda: services.config_object_create(model=JobQueue, fields=form.cleaned_data,
-                                                         actor=request.user),
-            update=lambda: services.job_queue_update(job_queue=queue, changes=form.cleaned_data, actor=request.user),
+            create=lambda: config_services.config_object_create(model=JobQueue, fields=form.cleaned_data,
+                                                                actor=request.user),
+            update=lambda: config_services.job_queue_update(job_queue=queue, changes=form.cleaned_data,
+                                                            actor=request.user),
         )
         if saved:
             return saved
@@ -82,9 +84,9 @@ def environment_edit(request, environment_id: int | None = None):
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=environment, what="environment", to="manage_environments",
-            create=lambda: services.service_environment_create(
+            create=lambda: config_services.service_environment_create(
                 fields=form.environment_fields(), limits=form.limit_inputs(), actor=request.user),
-            update=lambda: services.service_environment_update(
+            update=lambda: config_services.service_environment_update(
                 environment=environment, changes=form.environment_fields(), limits=form.limit_inputs(),
                 actor=request.user),
         )
@@ -134,9 +136,9 @@ def share_edit(request, share_id: int | None = None):
     if request.method == "POST" and form.is_valid():
         saved = _save(
             request, form, obj=share, what="quota share", to="manage_shares",
-            create=lambda: services.quota_share_create(
+            create=lambda: config_services.quota_share_create(
                 fields=form.share_fields(), limits=form.limit_inputs(), actor=request.user),
-            update=lambda: services.quota_share_update(
+            update=lambda: config_services.quota_share_update(
                 share=share, changes=form.share_fields(), limits=form.limit_inputs(), actor=request.user),
         )
         if saved:
@@ -226,9 +228,9 @@ def plan_edit(request, plan_id: int | None = None):
         quota_shares = list(form.cleaned_data["quota_shares"])
         saved = _save(
             request, form, obj=plan, what="training plan", to="manage_plans",
-            create=lambda: services.training_plan_create(
+            create=lambda: config_services.training_plan_create(
                 fields=form.plan_fields(), quota_shares=quota_shares, actor=request.user),
-            update=lambda: services.training_plan_update(
+            update=lambda: config_services.training_plan_update(
                 plan=plan, changes=form.plan_fields(), quota_shares=quota_shares, actor=request.user),
         )
         if saved:

@@ -10,8 +10,11 @@ import pytest
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from scheduling import services
 from scheduling.models import PLACED_STATUSES, Job
+from scheduling.passes import run as passes
+from scheduling.services import configuration as config_services
+from scheduling.services import executor as executor_services
+from scheduling.services import jobs as job_services
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "submit_jobs.py"
 
@@ -21,9 +24,10 @@ def passes_after_each_submission(monkeypatch):
     """What a worker does in production, inline: a pass on the queue once the submission commits."""
 
     def pass_now(*, job_queue_id: int, trigger: str) -> None:
-        transaction.on_commit(lambda: services.queue_pass_run(job_queue_id=job_queue_id, trigger=trigger))
+        transaction.on_commit(lambda: passes.queue_pass_run(job_queue_id=job_queue_id, trigger=trigger))
 
-    monkeypatch.setattr(services, "pass_request", pass_now)
+    for services in (job_services, executor_services, config_services):  # each asks for its own passes
+        monkeypatch.setattr(services, "pass_request", pass_now)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -22,7 +22,7 @@ from django.db import connections
 from django.db.models import Sum
 from kombu.exceptions import OperationalError as BrokerDown
 
-from scheduling import services, tasks
+from scheduling import tasks
 from scheduling.models import (
     PLACED_STATUSES,
     Event,
@@ -33,6 +33,7 @@ from scheduling.models import (
     QuotaShare,
     SchedulingPass,
 )
+from scheduling.passes import run as passes
 from tests.api.support import submission
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 from tests.ops.support import (
@@ -102,8 +103,8 @@ def assert_placed_once_within_capacity(queue, trigger: str) -> None:
 CHILD_PASS = """
 import django, sys
 django.setup()
-from scheduling import services
-services.queue_pass_run(job_queue_id=int(sys.argv[1]), trigger="doomed")
+from scheduling.passes import run as passes
+passes.queue_pass_run(job_queue_id=int(sys.argv[1]), trigger="doomed")
 """
 
 
@@ -133,7 +134,7 @@ def test_a_pass_killed_mid_transaction_writes_nothing_and_the_next_pass_places_c
     assert not JobAttempt.objects.filter(job__job_queue=queue).exists()
     assert not Event.objects.filter(job__job_queue=queue, kind=EventKind.ADMITTED).exists()
     assert not SchedulingPass.objects.filter(job_queue=queue).exists()
-    result = services.queue_pass_run(job_queue_id=queue.pk, trigger="after-kill")
+    result = passes.queue_pass_run(job_queue_id=queue.pk, trigger="after-kill")
     assert len(result.admitted) == 8
     assert_placed_once_within_capacity(queue, "after-kill")
 
@@ -237,7 +238,7 @@ def test_a_redelivered_executor_tick_or_beat_changes_nothing_twice(settings):
     queue = JobQueueFactory(name="sim", service_environment__executor="simulated")
     environment_with(queue, {P5: 2})
     job_in(share_with(queue, "nlp", {P5: 2}), [(P5, 1)], duration_seconds=0)
-    services.queue_pass_run(job_queue_id=queue.pk, trigger="test")
+    passes.queue_pass_run(job_queue_id=queue.pk, trigger="test")
 
     first = tasks.simulated_executor_tick.apply().get()
     events = Event.objects.count()
@@ -273,13 +274,13 @@ def test_a_pass_with_nothing_to_do_on_a_busy_queue_is_cheap(django_assert_max_nu
     ]
     for i in range(500):
         job_in(shares[i % 10], [(P5, 1)], name=f"j{i}")
-    services.queue_pass_run(job_queue_id=queue.pk, trigger="first")  # places 200, 300 wait with reasons
-    services.queue_pass_run(job_queue_id=queue.pk, trigger="settle")
+    passes.queue_pass_run(job_queue_id=queue.pk, trigger="first")  # places 200, 300 wait with reasons
+    passes.queue_pass_run(job_queue_id=queue.pk, trigger="settle")
     events = Event.objects.count()
 
     with django_assert_max_num_queries(15) as captured:
         started = time.perf_counter()
-        result = services.queue_pass_run(job_queue_id=queue.pk, trigger="idle")
+        result = passes.queue_pass_run(job_queue_id=queue.pk, trigger="idle")
         seconds = time.perf_counter() - started
 
     assert result.admitted == [] and result.preempted == []
@@ -292,7 +293,7 @@ def test_a_pass_with_nothing_to_do_on_a_busy_queue_is_cheap(django_assert_max_nu
 def test_a_request_whose_database_connection_dies_is_a_503_saying_retry(world, client_for):
     gone = DatabaseGone("terminating connection due to administrator command")
 
-    with mock.patch("scheduling.services.job_submit", side_effect=gone):
+    with mock.patch("scheduling.services.jobs.job_submit", side_effect=gone):
         response = client_for(world.ana).post("/api/v1/jobs/", submission(), format="json")
 
     assert response.status_code == 503

@@ -8,7 +8,7 @@ import re
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduling import services
+from scheduling.passes import run as passes
 from tests.api.support import P5
 from tests.factories import job_in
 from tests.ops.support import BASE_DIR
@@ -56,7 +56,7 @@ def test_the_dashboard_is_grafana_json_with_panels_and_a_queue_variable():
 
 def test_every_metric_and_label_the_dashboard_reads_is_in_a_metrics_scrape(world, client):
     job_in(world.nlp, [(P5, 2)])
-    services.queue_pass_run(job_queue_id=world.queue.pk, trigger="test")  # the pass histogram has a sample
+    passes.queue_pass_run(job_queue_id=world.queue.pk, trigger="test")  # the pass histogram has a sample
     labels = scraped_labels(client)
 
     used = set()

@@ -7,8 +7,10 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.models import InstanceType, Job
+from scheduling.services import jobs as job_services
+from scheduling.services import locks
 from tests.factories import JobQueueFactory, MembershipFactory, environment_with, share_with
 
 P5 = "ml.p5.48xlarge"
@@ -26,7 +28,7 @@ def test_a_submission_does_not_wait_for_the_pass_holding_the_queue_lock():
     def pass_in_progress():
         try:
             with transaction.atomic():
-                services._lock_queue(queue.pk)  # what a pass, a cancel or a report holds
+                locks.queue_lock(queue.pk)  # what a pass, a cancel or a report holds
                 locked.set()
                 release.wait(timeout=30)
         finally:
@@ -38,9 +40,9 @@ def test_a_submission_does_not_wait_for_the_pass_holding_the_queue_lock():
         assert locked.wait(timeout=30)
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '3s'")  # waiting for the pass would fail the submission
-        job, created = services.job_submit(
+        job, created = job_services.job_submit(
             user=user,
-            submission=services.JobSubmission(
+            submission=job_services.JobSubmission(
                 name="meanwhile",
                 job_queue=queue,
                 quota_share=share,
@@ -65,7 +67,7 @@ def test_two_holders_of_the_queue_lock_still_take_turns():
     def holder():
         try:
             with transaction.atomic():
-                services._lock_queue(queue.pk)
+                locks.queue_lock(queue.pk)
                 locked.set()
                 release.wait(timeout=30)
         finally:
@@ -79,7 +81,7 @@ def test_two_holders_of_the_queue_lock_still_take_turns():
             with transaction.atomic():
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL lock_timeout = '500ms'")
-                services._lock_queue(queue.pk)
+                locks.queue_lock(queue.pk)
     finally:
         release.set()
         thread.join(timeout=30)

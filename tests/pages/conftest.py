@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pytest
 from django.test import Client
 
-from scheduling import services
 from scheduling.models import JobQueue, Membership, QuotaShare, Team, TrainingPlan
+from scheduling.passes import run as passes
 from tests.factories import (
     JobQueueFactory,
     MembershipFactory,
@@ -42,7 +42,7 @@ class World:
             raise AttributeError(name) from None
 
     def run_pass(self):
-        return services.queue_pass_run(job_queue_id=self.queue.pk, trigger="test")
+        return passes.queue_pass_run(job_queue_id=self.queue.pk, trigger="test")
 
 
 def build_world() -> World:

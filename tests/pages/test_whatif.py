@@ -10,8 +10,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import services
 from scheduling.models import InstanceType, QuotaShare
+from scheduling.services import configuration as config_services
 from tests.factories import job_in
 from tests.pages.conftest import G5, P4, P5, htmx_headers
 from whatif import services as whatif_services
@@ -258,8 +258,8 @@ def test_applying_needs_the_confirmation_then_changes_the_shares(world, client_f
 
 def test_applying_a_stale_run_is_refused_with_what_changed(world, client_for, begin, history):
     run = done_run(world, begin)
-    services.quota_share_update(share=world.speech, changes={"strategy": "RESERVE"}, limits=None,
-                                actor=world.admin)
+    config_services.quota_share_update(share=world.speech, changes={"strategy": "RESERVE"}, limits=None,
+                                       actor=world.admin)
     client = client_for(world.admin)
     page = client.get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert "has changed since this run started (share speech: strategy)" in page

@@ -9,6 +9,7 @@ from django.db import connections
 from django.db.models import Sum
 
 from scheduling.models import Event, EventKind, Job, JobAttempt, JobStatus, QuotaShare, SchedulingPass
+from scheduling.passes import run as passes
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 
 P5 = "ml.p5.48xlarge"
@@ -20,11 +21,9 @@ def _worker(queue_id: int, barrier, errors) -> None:
     for conn in connections.all(initialized_only=True):
         conn.inc_thread_sharing()
         conn.connection = None
-    from scheduling import services
-
     try:
         barrier.wait(timeout=30)
-        services.queue_pass_run(job_queue_id=queue_id, trigger="race")
+        passes.queue_pass_run(job_queue_id=queue_id, trigger="race")
     except Exception as exc:  # reported to the parent, which fails the test with it
         errors.put(repr(exc))
     finally:

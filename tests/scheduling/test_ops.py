@@ -6,8 +6,9 @@ from unittest import mock
 
 import pytest
 
-from scheduling import services
 from scheduling.models import PassHistogramBucket, QuotaShare
+from scheduling.passes import run as passes
+from scheduling.passes.histogram import pass_histogram_observe
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 
 pytestmark = pytest.mark.django_db
@@ -22,10 +23,10 @@ def busy_queue():
     lender = share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
     borrower = share_with(queue, "vision", {P5: 4}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
     job_in(borrower, [(P5, 8)])
-    services.queue_pass_run(job_queue_id=queue.pk)
+    passes.queue_pass_run(job_queue_id=queue.pk)
     job_in(lender, [(P5, 2)])
     job_in(lender, [(P5, 4)], name="waits")
-    services.queue_pass_run(job_queue_id=queue.pk)
+    passes.queue_pass_run(job_queue_id=queue.pk)
     return queue
 
 
@@ -58,8 +59,6 @@ def test_metrics_expose_share_usage_preemptions_and_pass_durations(client, busy_
 
 def test_pass_histogram_is_cumulative():
     queue = JobQueueFactory()
-    from ops.metrics import pass_histogram_observe
-
     pass_histogram_observe(job_queue_id=queue.pk, seconds=0.03)
     pass_histogram_observe(job_queue_id=queue.pk, seconds=3.0)
     buckets = dict(PassHistogramBucket.objects.filter(job_queue=queue).values_list("le", "count"))
@@ -83,6 +82,6 @@ def test_every_decision_is_logged_with_queue_share_and_job(busy_queue, caplog):
     waiting.save()
     with caplog.at_level(logging.INFO, logger="quotaportal.scheduling.decisions"):
         Job.objects.filter(name="job").update(status="SUCCEEDED")  # free the capacity
-        services.queue_pass_run(job_queue_id=busy_queue.pk)
+        passes.queue_pass_run(job_queue_id=busy_queue.pk)
     admits = [r for r in caplog.records if getattr(r, "decision", None) == "admit"]
     assert admits and {(r.queue, r.share, r.job) for r in admits} >= {("training", "nlp", waiting.pk)}

@@ -10,7 +10,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import services
 from scheduling.models import (
     Event,
     EventKind,
@@ -21,7 +20,10 @@ from scheduling.models import (
     QuotaShare,
     SchedulingPass,
 )
-from scheduling.passes import snapshot
+from scheduling.passes import run as passes
+from scheduling.services import executor as executor_services
+from scheduling.services import history
+from scheduling.services import jobs as job_services
 from tests.factories import JobQueueFactory, environment_with, job_in, plan_for, share_with
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +39,7 @@ def queue():
 
 
 def run_pass(queue):
-    return services.queue_pass_run(job_queue_id=queue.pk, trigger="test")
+    return passes.queue_pass_run(job_queue_id=queue.pk, trigger="test")
 
 
 def test_pass_places_a_job_and_records_attempt_events_and_pass(queue):
@@ -168,7 +170,7 @@ def test_pass_removes_the_pending_state_of_jobs_it_places_and_rewrites_only_chan
     third = job_in(nlp, [(P5, 1)], name="third")
     run_pass(queue)
     assert set(PendingState.objects.values_list("job_id", "queue_position")) == {(second.pk, 1), (third.pk, 2)}
-    services.job_report(job_id=first.pk, status=JobStatus.SUCCEEDED, actor=None)
+    executor_services.job_report(job_id=first.pk, status=JobStatus.SUCCEEDED, actor=None)
     run_pass(queue)
     assert list(PendingState.objects.values_list("job_id", "queue_position")) == [(third.pk, 1)]
     assert Job.objects.get(pk=second.pk).status == JobStatus.SCHEDULED
@@ -181,7 +183,7 @@ def test_cancelling_a_waiting_job_removes_its_pending_state(queue):
     waiting = job_in(nlp, [(P5, 1)])
     run_pass(queue)
     assert PendingState.objects.filter(job=waiting).exists()
-    services.job_cancel(job_id=waiting.pk, actor=None)
+    job_services.job_cancel(job_id=waiting.pk, actor=None)
     waiting.refresh_from_db()
     assert not PendingState.objects.filter(job=waiting).exists()
     assert waiting.current_reason == "cancelled by system" and waiting.queue_position is None
@@ -250,21 +252,21 @@ def test_history_prune_keeps_recent_rows(queue, settings):
     settings.HISTORY_DAYS = 8
     share_with(queue, "nlp", {P5: 1})
     run_pass(queue)
-    assert services.history_prune() == 0
+    assert history.history_prune() == 0
     # one sample (nlp, P5) and one pass record
-    assert services.history_prune(now=timezone.now() + timedelta(days=9)) == 2
+    assert history.history_prune(now=timezone.now() + timedelta(days=9)) == 2
     assert not ShareUsageSample.objects.exists() and not SchedulingPass.objects.exists()
 
 
 def test_the_garbage_collector_waits_while_the_queue_is_locked_and_resumes_after(queue, monkeypatch):
     seen = []
-    execute = snapshot.pass_execute
+    execute = passes.pass_execute
 
     def watched(**kwargs):
         seen.append(gc.isenabled())
         return execute(**kwargs)
 
-    monkeypatch.setattr(snapshot, "pass_execute", watched)
+    monkeypatch.setattr(passes, "pass_execute", watched)
     job_in(share_with(queue, "nlp", {P5: 4}), [(P5, 2)])
     assert gc.isenabled()
 
@@ -277,7 +279,7 @@ def test_the_garbage_collector_resumes_after_a_failed_pass(queue, monkeypatch):
     def broken(**kwargs):
         raise RuntimeError("engine broke")
 
-    monkeypatch.setattr(snapshot, "pass_execute", broken)
+    monkeypatch.setattr(passes, "pass_execute", broken)
 
     with pytest.raises(RuntimeError):
         run_pass(queue)

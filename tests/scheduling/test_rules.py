@@ -9,9 +9,11 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError
 from django.utils import timezone
 
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.errors import NotAllowed
 from scheduling.models import Job, JobPreference, QuotaShare, ShareCapacityLimit, State
+from scheduling.services import configuration as config_services
+from scheduling.services import jobs as job_services
 from tests.factories import (
     InstanceTypeFactory,
     JobQueueFactory,
@@ -162,7 +164,7 @@ def member(nlp):
 
 
 def submit(member, queue, share, entries, **fields):
-    return services.job_submit(user=member, submission=services.JobSubmission(
+    return job_services.job_submit(user=member, submission=job_services.JobSubmission(
         name=fields.pop("name", "train"), job_queue=queue, quota_share=share,
         instance_preferences=[rules.PreferenceInput(InstanceTypeFactory(name=t), n, p) for t, n, p in entries],
         **fields))
@@ -288,11 +290,11 @@ def test_client_token_repeat_returns_the_first_job(member, queue, nlp):
 def test_deleting_a_share_needs_it_disabled_and_cancels_its_jobs(member, queue, nlp):
     job, _ = submit(member, queue, nlp, [(P5, 1, None)])
     with pytest.raises(ValidationError) as exc:
-        services.quota_share_delete(share=nlp, actor=None)
+        config_services.quota_share_delete(share=nlp, actor=None)
     assert exc.value.message_dict["state"] == ["disable share nlp before deleting it"]
     nlp.state = State.DISABLED
     nlp.save()
-    services.quota_share_delete(share=nlp, actor=None)
+    config_services.quota_share_delete(share=nlp, actor=None)
     assert not QuotaShare.objects.filter(pk=nlp.pk).exists()
     assert not ShareCapacityLimit.objects.filter(quota_share_id=nlp.pk).exists()
 

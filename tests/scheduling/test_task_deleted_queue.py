@@ -7,7 +7,7 @@ from unittest import mock
 
 import pytest
 
-from scheduling import services, tasks
+from scheduling import tasks
 from scheduling.models import JobQueue, SchedulingPass
 from tests.factories import JobQueueFactory
 
@@ -20,7 +20,7 @@ def test_a_pass_for_a_queue_deleted_before_the_pass_takes_its_lock_is_skipped_wi
     def delete_the_queue(job_queue_id):  # runs after the existence check, before the row lock
         JobQueue.objects.filter(pk=job_queue_id).delete()
 
-    with caplog.at_level(logging.INFO), mock.patch.object(services, "pass_mark_clear", delete_the_queue):
+    with caplog.at_level(logging.INFO), mock.patch.object(tasks, "pass_waiting_clear", delete_the_queue):
         result = tasks.run_queue_pass.apply(args=(queue.pk, "submit"))
 
     assert result.successful()

@@ -6,8 +6,9 @@ from unittest import mock
 
 import pytest
 
-from scheduling import rules, services, tasks
+from scheduling import rules, tasks
 from scheduling.models import Job, JobStatus, SchedulingPass
+from scheduling.services import jobs as job_services
 from tests.factories import (
     InstanceTypeFactory,
     JobQueueFactory,
@@ -29,7 +30,7 @@ def nlp():
 
 
 def submit(nlp, user, name="train"):
-    return services.job_submit(user=user, submission=services.JobSubmission(
+    return job_services.job_submit(user=user, submission=job_services.JobSubmission(
         name=name, job_queue=nlp.job_queue, quota_share=nlp,
         instance_preferences=[rules.PreferenceInput(InstanceTypeFactory(name=P5), 1)]))[0]
 

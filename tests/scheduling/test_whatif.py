@@ -12,9 +12,9 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from engine import Entry
-from scheduling import services
 from scheduling.errors import Conflict
 from scheduling.models import Event, EventKind, QuotaShare
+from scheduling.services import configuration as config_services
 from tests.engine.test_purity import imported_modules
 from tests.factories import JobQueueFactory, UserFactory, environment_with, job_in, share_with
 from whatif import charts as whatif_charts
@@ -305,7 +305,8 @@ def test_applying_moves_capacity_between_shares_in_an_order_that_always_fits(que
 def test_a_run_of_a_queue_changed_since_is_stale_and_refused(queue, admin, begin, history):
     run = done_run(queue, admin, begin)
     nlp = QuotaShare.objects.get(name="nlp")
-    services.quota_share_update(share=nlp, changes={"in_share_preemption": True}, limits=None, actor=admin)
+    config_services.quota_share_update(share=nlp, changes={"in_share_preemption": True}, limits=None,
+                                       actor=admin)
 
     with pytest.raises(Conflict) as refused:
         whatif_services.whatif_apply(run=run, actor=admin)

@@ -1,6 +1,6 @@
 """The replay is faithful: one job stream through the live system and through the simulator, same decisions.
 
-Live: the database, `services.queue_pass_run` at fixed instants (the clock patched), an `external` executor
+Live: the database, `queue_pass_run` at fixed instants (the clock patched), an `external` executor
 whose SUCCEEDED reports arrive when each job's run time is up. Replay: `simulator.simulate` with the same
 configuration, jobs and pass instants. Every placement and preemption must match: pass, job, kind, type, count.
 """
@@ -15,8 +15,9 @@ import pytest
 from django.utils import timezone
 
 from engine import Entry, Strategy
-from scheduling import services
 from scheduling.models import Event, EventKind, Job, JobStatus, QuotaShare
+from scheduling.passes import run as passes
+from scheduling.services import executor as executor_services
 from simulator import Configuration, ShareConfig, SimJob, simulate
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 
@@ -71,8 +72,8 @@ def run_live(stream: list[dict], base) -> tuple[list[tuple], dict[str, int], dic
         # Run-time over: the external executor reports success before the pass at `now` looks.
         for job in Job.objects.filter(job_queue=queue, status=JobStatus.SCHEDULED).order_by("id"):
             if job.scheduled_at + timedelta(seconds=durations[job.pk]) <= now:
-                with mock.patch("scheduling.services.timezone.now", return_value=now):
-                    services.job_report(job_id=job.pk, status="SUCCEEDED")
+                with mock.patch("scheduling.services.executor.timezone.now", return_value=now):
+                    executor_services.job_report(job_id=job.pk, status="SUCCEEDED")
         while pending and base + timedelta(seconds=pending[0]["at"]) <= now:
             spec = pending.pop(0)
             submitted = base + timedelta(seconds=spec["at"])
@@ -80,8 +81,8 @@ def run_live(stream: list[dict], base) -> tuple[list[tuple], dict[str, int], dic
                          scheduling_priority=spec["priority"], created_at=submitted, runnable_since=submitted)
             ids[spec["name"]] = job.pk
             durations[job.pk] = spec["duration"]
-        with mock.patch("scheduling.services.timezone.now", return_value=now):
-            services.queue_pass_run(job_queue_id=queue.pk, trigger="faithful")
+        with mock.patch("scheduling.passes.run.timezone.now", return_value=now):
+            passes.queue_pass_run(job_queue_id=queue.pk, trigger="faithful")
     decisions = []
     for event in Event.objects.filter(job_queue=queue, kind__in=KINDS).select_related("instance_type"):
         pass_index = round((event.created_at - base).total_seconds() / PASS_EVERY)

@@ -25,7 +25,6 @@ from django.utils import timezone
 
 import engine
 from engine import synthetic
-from scheduling import services
 from scheduling.models import (
     EnvironmentCapacity,
     InstanceType,
@@ -39,6 +38,7 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.passes import run as passes
 from scheduling.passes import snapshot
 from tools.guard import require_scratch_database
 
@@ -108,19 +108,19 @@ class Command(BaseCommand):
                 with transaction.atomic():
                     with CaptureQueriesContext(connection) as captured:
                         started = time.perf_counter()
-                        services.queue_pass_run(job_queue_id=queue.pk, trigger="bench")
+                        passes.queue_pass_run(job_queue_id=queue.pk, trigger="bench")
                         pass_times.append(time.perf_counter() - started)
                     queries = len(captured)
                     raise _Rollback
             except _Rollback:
                 pass
-        services.queue_pass_run(job_queue_id=queue.pk, trigger="bench")  # committed: the next ones are steady
+        passes.queue_pass_run(job_queue_id=queue.pk, trigger="bench")  # committed: the next ones are steady
         steady_times = []
         for _ in range(repeat):
             try:
                 with transaction.atomic():
                     started = time.perf_counter()
-                    services.queue_pass_run(job_queue_id=queue.pk, trigger="bench")
+                    passes.queue_pass_run(job_queue_id=queue.pk, trigger="bench")
                     steady_times.append(time.perf_counter() - started)
                     raise _Rollback
             except _Rollback:

@@ -51,7 +51,7 @@ from rest_framework.authtoken.models import Token
 from engine import UNLIMITED, Strategy, invariants
 from engine import Plan as EnginePlan
 from engine import Share as EngineShare
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.models import (
     PLACED_STATUSES,
     UNFINISHED_STATUSES,
@@ -70,6 +70,7 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.services import configuration as config_services
 from tools.guard import require_scratch_database
 
 PREFIX = "soak-"
@@ -1280,16 +1281,16 @@ def soak_setup(*, clients: int) -> dict:
         (SIM_QUEUE, ServiceEnvironment.Executor.SIMULATED, SIM_CAPACITY, SIM_SHARES),
         (EXT_QUEUE, ServiceEnvironment.Executor.EXTERNAL, EXT_CAPACITY, EXT_SHARES),
     ):
-        environment = services.service_environment_create(
+        environment = config_services.service_environment_create(
             fields={"name": f"{queue_name}-env", "executor": executor},
             limits=[rules.LimitInput(types[key], n) for key, n in capacity.items()],
             actor=None,
         )
-        queues[queue_name] = services.config_object_create(
+        queues[queue_name] = config_services.config_object_create(
             model=JobQueue, fields={"name": queue_name, "service_environment": environment}, actor=None
         )
         for name, team, strategy, borrow_limit, preemption, limits in share_specs:
-            shares[name] = services.quota_share_create(
+            shares[name] = config_services.quota_share_create(
                 fields={
                     "name": name,
                     "job_queue": queues[queue_name],
@@ -1303,7 +1304,7 @@ def soak_setup(*, clients: int) -> dict:
             )
     plan_name, plan_type, plan_count, plan_shares = PLAN
     now = timezone.now()
-    services.training_plan_create(
+    config_services.training_plan_create(
         fields={
             "name": plan_name,
             "job_queue": queues[SIM_QUEUE],

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling import rules, services
+from scheduling import rules
 from scheduling.models import (
     EnvironmentCapacity,
     InstanceType,
@@ -29,6 +29,7 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.services import jobs as job_services
 
 ADMIN = ("admin", "quotaportal-admin")
 DEMO_PASSWORD = "quotaportal-demo"
@@ -185,7 +186,7 @@ class Command(BaseCommand):
             share = shares[share_name]
             submitter = share.team.memberships.order_by("user__username").first().user
             entries = rng.choice(PREFERENCE_LISTS[share_name])
-            submission = services.JobSubmission(
+            submission = job_services.JobSubmission(
                 name=f"{share_name}-{rng.choice(JOB_NAMES)}-{number + 1:02d}",
                 job_queue=queue, quota_share=share,
                 instance_preferences=[
@@ -196,6 +197,6 @@ class Command(BaseCommand):
                 payload={"image": f"registry.example.com/{share_name}/trainer:2026.11", "epochs": rng.randint(1, 20)},
                 client_token=f"demo-{number + 1:03d}",
             )
-            _, created = services.job_submit(user=submitter, submission=submission)
+            _, created = job_services.job_submit(user=submitter, submission=submission)
             made += created
         return made

@@ -1,0 +1,110 @@
+"""The scheduling pass: lock the queue, load its snapshot, let the engine decide, write the decisions.
+
+One pass covers one queue, in one transaction, serialized per queue by the queue's row lock
+(`scheduling.services.locks.queue_lock`), which `queue_pass_run` takes first and holds to the commit
+(SPEC 3). `pass_execute` is the part under the lock: it expects its caller to hold it.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+import engine
+from engine import types as et
+from scheduling.models import JobQueue, SchedulingPass
+from scheduling.passes.histogram import pass_histogram_observe
+from scheduling.passes.snapshot import snapshot_load
+from scheduling.passes.write import decisions_log, decisions_write, usage_sample
+from scheduling.services.locks import queue_lock
+
+logger = logging.getLogger("quotaportal.scheduling")
+
+
+@dataclass(frozen=True)
+class PassResult:
+    job_queue_id: int
+    admitted: list[int]
+    preempted: list[int]
+    duration_ms: float
+    record: SchedulingPass | None
+
+
+@dataclass
+class PassOutcome:
+    admitted: list[int]
+    preempted: list[int]
+    duration_ms: float
+    engine_ms: float
+    record: SchedulingPass
+    decisions: et.Decisions
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Hold Python's cyclic garbage collector off while the queue's row lock is held.
+
+    A pass over a busy queue builds some hundred thousand short-lived objects, and the collector would stop
+    it about 150 times to scan them (a tenth of the pass on 12,000 jobs, measured by `bench_pass`), while
+    every change to the queue waits for the lock. Reference counting frees them as the pass drops them;
+    whatever cycles are left wait for the collector's next run, after the commit.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def queue_pass_run(*, job_queue_id: int, trigger: str = "beat") -> PassResult:
+    """One scheduling pass over one queue, in one transaction, serialized per queue by its row lock (SPEC 3).
+
+    Takes the queue lock itself: the caller holds no lock (and no transaction that has written anything).
+    """
+    started = time.perf_counter()
+    with _collector_paused(), transaction.atomic():
+        queue = queue_lock(job_queue_id)
+        now = timezone.now()
+        outcome = pass_execute(job_queue=queue, now=now, trigger=trigger, started=started)
+    logger.info(
+        "pass queue=%s trigger=%s admitted=%d preempted=%d duration_ms=%.1f",
+        queue.name, trigger, len(outcome.admitted), len(outcome.preempted), outcome.duration_ms,
+    )
+    return PassResult(job_queue_id=job_queue_id, admitted=outcome.admitted, preempted=outcome.preempted,
+                      duration_ms=outcome.duration_ms, record=outcome.record)
+
+
+def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: float) -> PassOutcome:
+    """Load, decide, write. The caller holds the queue's row lock in the enclosing transaction."""
+    snap, index = snapshot_load(job_queue=job_queue, now=now)
+    engine_started = time.perf_counter()
+    decisions = engine.schedule(snap)
+    engine_ms = (time.perf_counter() - engine_started) * 1000
+    admitted, preempted = decisions_write(job_queue=job_queue, decisions=decisions, index=index, now=now)
+    decisions_log(job_queue=job_queue, decisions=decisions, index=index)
+    usage_sample(job_queue=job_queue, snap=snap, decisions=decisions, index=index, now=now)
+    stats = decisions.stats
+    duration_ms = (time.perf_counter() - started) * 1000
+    pass_histogram_observe(job_queue_id=job_queue.pk, seconds=duration_ms / 1000)
+    record = SchedulingPass.objects.create(
+        job_queue=job_queue, started_at=now, duration_ms=duration_ms, engine_ms=engine_ms, trigger=trigger,
+        jobs_considered=stats.jobs_considered, placed_within_quota=stats.placed_within_quota,
+        placed_borrowing=stats.placed_borrowing, placed_on_plan=stats.placed_on_plan,
+        fallbacks=stats.fallbacks,
+        preempted_reclaim=stats.preemptions.get(et.PreemptionKind.RECLAIM, 0),
+        preempted_in_share=stats.preemptions.get(et.PreemptionKind.IN_SHARE, 0),
+        preempted_limit_reduced=stats.preemptions.get(et.PreemptionKind.LIMIT_REDUCED, 0),
+        plan_drains=stats.plan_drains, timeouts=stats.timeouts,
+    )
+    return PassOutcome(admitted=admitted, preempted=preempted, duration_ms=duration_ms, engine_ms=engine_ms,
+                       record=record, decisions=decisions)

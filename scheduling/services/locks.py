@@ -1,0 +1,22 @@
+"""The queue's row lock: the one lock every change to a queue's jobs takes first.
+
+A pass, a cancellation, an executor report, a priority change, the simulated executor and a configuration
+change of a queue's shares, plans or environment all take it before anything else, so they never interleave
+on one queue. Submissions do not take it: they only insert rows, which the lock lets through.
+"""
+
+from __future__ import annotations
+
+from scheduling.models import JobQueue
+
+
+def queue_lock(job_queue_id: int) -> JobQueue:
+    """Take the queue's row lock and return the queue (with its environment); hold it to the commit.
+
+    The caller must be inside `transaction.atomic`. FOR NO KEY UPDATE serializes everything that changes the
+    queue's jobs, as FOR UPDATE would, but lets a submission insert rows that refer to the queue meanwhile:
+    their foreign-key checks take FOR KEY SHARE, which FOR UPDATE blocks, so every submission used to wait
+    for the pass in progress.
+    """
+    return (JobQueue.objects.select_for_update(no_key=True).select_related("service_environment")
+            .get(pk=job_queue_id))
