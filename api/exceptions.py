@@ -29,23 +29,31 @@ logger = logging.getLogger("quotaportal.api")
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return Response({"detail": f"request body larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)"},
-                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        return Response(
+            {"detail": f"request body larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)"},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, OperationalError):
         # The database went away mid-request (a restart, a failover, a terminated connection): nothing was
         # committed, and the next request reconnects. Say so, rather than a bare 500.
         set_rollback()
         logger.warning("database unavailable: %s", exc)
-        response = Response({"detail": "the database is unavailable; retry shortly (a submission with a "
-                                       "client_token is safe to repeat)"},
-                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        response = Response(
+            {
+                "detail": "the database is unavailable; retry shortly (a submission with a "
+                "client_token is safe to repeat)"
+            },
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
         response["Retry-After"] = "1"
         return response
     if isinstance(exc, DjangoValidationError):
         set_rollback()
         if hasattr(exc, "error_dict"):
-            errors = {api_settings.NON_FIELD_ERRORS_KEY if field == NON_FIELD_ERRORS else field: messages
-                      for field, messages in exc.message_dict.items()}
+            errors = {
+                api_settings.NON_FIELD_ERRORS_KEY if field == NON_FIELD_ERRORS else field: messages
+                for field, messages in exc.message_dict.items()
+            }
             return Response(errors, status=status.HTTP_400_BAD_REQUEST)
         return Response({api_settings.NON_FIELD_ERRORS_KEY: exc.messages}, status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, DomainError):

@@ -55,11 +55,15 @@ class EventFilter(filters.FilterSet):
     quota_share = filters.CharFilter(field_name="quota_share__name", help_text="name of the quota share")
     kind = filters.ChoiceFilter(choices=EventKind.choices)
     since = UtcDateTimeFilter(
-        field_name="created_at", lookup_expr="gt",
-        help_text="ISO 8601 datetime: events created strictly after it, oldest first (for tailing)")
+        field_name="created_at",
+        lookup_expr="gt",
+        help_text="ISO 8601 datetime: events created strictly after it, oldest first (for tailing)",
+    )
     since_id = filters.NumberFilter(
-        field_name="id", lookup_expr="gt",
-        help_text="an event id: events after it, oldest first (a cursor for tailing)")
+        field_name="id",
+        lookup_expr="gt",
+        help_text="an event id: events after it, oldest first (a cursor for tailing)",
+    )
 
     class Meta:
         model = Event

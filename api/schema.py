@@ -10,7 +10,7 @@ from api.serializers import ErrorSerializer
 FIELD_ERRORS = {
     "type": "object",
     "description": "Each field at fault, nested fields as a path, with its messages; `non_field_errors` "
-                   "for the rest.",
+    "for the rest.",
     "additionalProperties": {"type": "array", "items": {"type": "string"}},
     "example": {"instance_preferences[1].instance_type": ["unknown instance type ml.x"]},
 }
@@ -50,16 +50,20 @@ class ApiAutoSchema(AutoSchema):
         if getattr(self.view, "action", None) in getattr(self.view, "throttled_actions", ()):
             codes.append("429")
         for code in sorted(codes):
-            responses.setdefault(code, {
-                "description": ERROR_DESCRIPTIONS[code],
-                "content": {"application/json": {"schema": self._error_schema(code)}},
-            })
+            responses.setdefault(
+                code,
+                {
+                    "description": ERROR_DESCRIPTIONS[code],
+                    "content": {"application/json": {"schema": self._error_schema(code)}},
+                },
+            )
         return responses
 
     def _error_schema(self, code: str) -> dict:
         if code == "400":
-            component = ResolvedComponent(name="FieldErrors", type=ResolvedComponent.SCHEMA,
-                                          object="FieldErrors", schema=FIELD_ERRORS)
+            component = ResolvedComponent(
+                name="FieldErrors", type=ResolvedComponent.SCHEMA, object="FieldErrors", schema=FIELD_ERRORS
+            )
             self.registry.register_on_missing(component)
             return component.ref
         return self.resolve_serializer(ErrorSerializer, "response").ref

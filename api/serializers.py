@@ -49,7 +49,8 @@ class RejectUnknownFields:
             if unknown:
                 known = ", ".join(name for name, field in self.fields.items() if not field.read_only)
                 raise serializers.ValidationError(
-                    {name: [f"unknown field; this body takes {known}"] for name in unknown})
+                    {name: [f"unknown field; this body takes {known}"] for name in unknown}
+                )
         return super().to_internal_value(data)
 
 
@@ -150,7 +151,8 @@ class TeamMemberSerializer(StrictSerializer):
 
 class ServiceEnvironmentSerializer(StrictModelSerializer):
     capacity_limits = CapacityLimitSerializer(
-        many=True, help_text="on-demand instances of each type it may run at once; written whole")
+        many=True, help_text="on-demand instances of each type it may run at once; written whole"
+    )
 
     class Meta:
         model = ServiceEnvironment
@@ -159,9 +161,15 @@ class ServiceEnvironmentSerializer(StrictModelSerializer):
 
 class JobQueueSerializer(StrictModelSerializer):
     service_environment = NameField(
-        "service environment", queryset=ServiceEnvironment.objects.all(),
-        validators=[UniqueValidator(queryset=JobQueue.objects.all(),
-                                    message="this service environment already serves another job queue")])
+        "service environment",
+        queryset=ServiceEnvironment.objects.all(),
+        validators=[
+            UniqueValidator(
+                queryset=JobQueue.objects.all(),
+                message="this service environment already serves another job queue",
+            )
+        ],
+    )
 
     class Meta:
         model = JobQueue
@@ -172,12 +180,22 @@ class QuotaShareSerializer(StrictModelSerializer):
     job_queue = NameField("job queue", queryset=JobQueue.objects.all())
     team = NameField("team", slug_field="slug", queryset=Team.objects.all())
     capacity_limits = CapacityLimitSerializer(
-        many=True, help_text="1 to 5 limits, one per instance type, max_capacity >= 1; written whole")
+        many=True, help_text="1 to 5 limits, one per instance type, max_capacity >= 1; written whole"
+    )
 
     class Meta:
         model = QuotaShare
-        fields = ["id", "name", "job_queue", "team", "capacity_limits", "strategy", "borrow_limit",
-                  "in_share_preemption", "state"]
+        fields = [
+            "id",
+            "name",
+            "job_queue",
+            "team",
+            "capacity_limits",
+            "strategy",
+            "borrow_limit",
+            "in_share_preemption",
+            "state",
+        ]
         # Name uniqueness in the queue is one of rules.validate_quota_share's checks, not a second validator.
         validators = []
 
@@ -186,15 +204,27 @@ class TrainingPlanSerializer(StrictModelSerializer):
     job_queue = NameField("job queue", queryset=JobQueue.objects.all())
     instance_type = NameField("instance type", queryset=InstanceType.objects.all())
     quota_shares = ShareNamesField(
-        required=False, help_text="names of the queue's shares that may draw on it; empty = all of them")
+        required=False, help_text="names of the queue's shares that may draw on it; empty = all of them"
+    )
     status = serializers.ChoiceField(choices=TrainingPlan.Status.choices, read_only=True)
     in_use_instance_count = serializers.IntegerField(read_only=True)
     available_instance_count = serializers.SerializerMethodField()
 
     class Meta:
         model = TrainingPlan
-        fields = ["id", "name", "job_queue", "instance_type", "instance_count", "start_time", "end_time",
-                  "quota_shares", "status", "in_use_instance_count", "available_instance_count"]
+        fields = [
+            "id",
+            "name",
+            "job_queue",
+            "instance_type",
+            "instance_count",
+            "start_time",
+            "end_time",
+            "quota_shares",
+            "status",
+            "in_use_instance_count",
+            "available_instance_count",
+        ]
 
     @extend_schema_field(OpenApiTypes.INT)
     def get_available_instance_count(self, plan: TrainingPlan) -> int:
@@ -211,7 +241,8 @@ class TrainingPlanSerializer(StrictModelSerializer):
             unknown = ", ".join(name for name in names if name not in found)
             if unknown:
                 raise serializers.ValidationError(
-                    {"quota_shares": [f"queue {job_queue.name} has no quota share named {unknown}"]})
+                    {"quota_shares": [f"queue {job_queue.name} has no quota share named {unknown}"]}
+                )
             attrs["quota_shares"] = [found[name] for name in dict.fromkeys(names)]
         return attrs
 
@@ -223,8 +254,12 @@ class PreferenceSerializer(StrictSerializer):
     instance_type = NameField("instance type", queryset=InstanceType.objects.all())
     instance_count = serializers.IntegerField(min_value=1)
     training_plan = NameField(
-        "training plan", queryset=TrainingPlan.objects.select_related("instance_type"), allow_null=True,
-        default=None, help_text="draw on this training plan first; null = on-demand capacity")
+        "training plan",
+        queryset=TrainingPlan.objects.select_related("instance_type"),
+        allow_null=True,
+        default=None,
+        help_text="draw on this training plan first; null = on-demand capacity",
+    )
 
 
 class AttemptSerializer(serializers.ModelSerializer):
@@ -244,32 +279,68 @@ class JobSerializer(StrictModelSerializer):
     team = NameField("team", slug_field="slug", read_only=True)
     submitted_by = NameField("user", slug_field="username", read_only=True)
     instance_preferences = PreferenceSerializer(
-        many=True, allow_empty=False, max_length=MAX_PREFERENCES,
-        help_text=f"1 to {MAX_PREFERENCES} entries, tried in order")
+        many=True,
+        allow_empty=False,
+        max_length=MAX_PREFERENCES,
+        help_text=f"1 to {MAX_PREFERENCES} entries, tried in order",
+    )
     payload = JsonObjectField(required=False, help_text="a JSON object of at most 64 KiB, for the executor")
     selected_instance_type = NameField("instance type", read_only=True)
     selected_training_plan = NameField("training plan", read_only=True)
     status_reason = serializers.CharField(
-        source="current_reason", read_only=True,
-        help_text="RUNNABLE: why the last scheduling pass left it waiting; otherwise why it reached its status")
+        source="current_reason",
+        read_only=True,
+        help_text="RUNNABLE: why the last scheduling pass left it waiting; otherwise why it reached its status",
+    )
     queue_position = serializers.IntegerField(
-        read_only=True, allow_null=True,
-        help_text="RUNNABLE: its place in its share's queue at the last pass (1 = next); otherwise null")
+        read_only=True,
+        allow_null=True,
+        help_text="RUNNABLE: its place in its share's queue at the last pass (1 = next); otherwise null",
+    )
     attempts = AttemptSerializer(many=True, read_only=True)
 
     class Meta:
         model = Job
         fields = [
-            "id", "name", "job_queue", "quota_share", "team", "submitted_by", "scheduling_priority",
-            "instance_preferences", "retry_attempts", "preemption_retries_before_termination",
-            "max_pending_seconds", "duration_seconds", "payload", "client_token",
-            "status", "status_reason", "selected_instance_type", "selected_instance_count",
-            "selected_training_plan", "borrowed_instances", "queue_position", "preemption_count", "attempts",
-            "created_at", "scheduled_at", "started_at", "stopped_at",
+            "id",
+            "name",
+            "job_queue",
+            "quota_share",
+            "team",
+            "submitted_by",
+            "scheduling_priority",
+            "instance_preferences",
+            "retry_attempts",
+            "preemption_retries_before_termination",
+            "max_pending_seconds",
+            "duration_seconds",
+            "payload",
+            "client_token",
+            "status",
+            "status_reason",
+            "selected_instance_type",
+            "selected_instance_count",
+            "selected_training_plan",
+            "borrowed_instances",
+            "queue_position",
+            "preemption_count",
+            "attempts",
+            "created_at",
+            "scheduled_at",
+            "started_at",
+            "stopped_at",
         ]
         read_only_fields = [
-            "status", "status_reason", "selected_instance_count", "borrowed_instances", "queue_position",
-            "preemption_count", "created_at", "scheduled_at", "started_at", "stopped_at",
+            "status",
+            "status_reason",
+            "selected_instance_count",
+            "borrowed_instances",
+            "queue_position",
+            "preemption_count",
+            "created_at",
+            "scheduled_at",
+            "started_at",
+            "stopped_at",
         ]
         # client_token's uniqueness is job_submit's business: a repeat returns the first job, it is no error.
         validators = []
@@ -279,7 +350,8 @@ class JobSerializer(StrictModelSerializer):
         share = QuotaShare.objects.select_related("team").filter(job_queue=job_queue, name=name).first()
         if share is None:
             raise serializers.ValidationError(
-                {"quota_share": [f"queue {job_queue.name} has no quota share named {name}"]})
+                {"quota_share": [f"queue {job_queue.name} has no quota share named {name}"]}
+            )
         attrs["quota_share"] = share
         return attrs
 
@@ -302,7 +374,8 @@ class JobPriorityUpdateSerializer(serializers.Serializer):
             others = sorted(set(data) - {"scheduling_priority"})
             if others:
                 raise serializers.ValidationError(
-                    {name: ["only scheduling_priority can be changed on a submitted job"] for name in others})
+                    {name: ["only scheduling_priority can be changed on a submitted job"] for name in others}
+                )
         return super().to_internal_value(data)
 
 
@@ -312,7 +385,8 @@ class JobCancelSerializer(StrictSerializer):
 
 class JobReportSerializer(StrictSerializer):
     status = serializers.ChoiceField(
-        choices=[status.value for status in executor_services.REPORTABLE_STATUSES])
+        choices=[status.value for status in executor_services.REPORTABLE_STATUSES]
+    )
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
@@ -333,8 +407,9 @@ class EventSerializer(serializers.ModelSerializer):
     job_queue = NameField("job queue", read_only=True)
     job = JobSummarySerializer(read_only=True, allow_null=True)
     quota_share = NameField("quota share", read_only=True)
-    other_job = JobSummarySerializer(read_only=True, allow_null=True,
-                                     help_text="the other job of a preemption: the preemptor")
+    other_job = JobSummarySerializer(
+        read_only=True, allow_null=True, help_text="the other job of a preemption: the preemptor"
+    )
     other_share = NameField("quota share", read_only=True)
     instance_type = NameField("instance type", read_only=True)
     actor = NameField("user", slug_field="username", read_only=True)
@@ -342,8 +417,21 @@ class EventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Event
-        fields = ["id", "kind", "job_queue", "job", "quota_share", "other_job", "other_share",
-                  "instance_type", "instances", "actor", "message", "data", "created_at"]
+        fields = [
+            "id",
+            "kind",
+            "job_queue",
+            "job",
+            "quota_share",
+            "other_job",
+            "other_share",
+            "instance_type",
+            "instances",
+            "actor",
+            "message",
+            "data",
+            "created_at",
+        ]
 
 
 # --- the queue's scheduling endpoints --------------------------------------------------------------------
@@ -363,8 +451,16 @@ class SnapshotJobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "name", "quota_share", "team", "scheduling_priority", "queue_position",
-                  "status_reason", "created_at"]
+        fields = [
+            "id",
+            "name",
+            "quota_share",
+            "team",
+            "scheduling_priority",
+            "queue_position",
+            "status_reason",
+            "created_at",
+        ]
 
 
 class ShareTypeUsageSerializer(serializers.Serializer):
@@ -439,4 +535,3 @@ class ErrorSerializer(serializers.Serializer):
     """Every error but a 400: what went wrong, in words."""
 
     detail = serializers.CharField()
-

@@ -62,8 +62,14 @@ class ApiViewSet(viewsets.GenericViewSet):
 # --- configuration ---------------------------------------------------------------------------------------
 
 
-class ConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                    mixins.UpdateModelMixin, mixins.DestroyModelMixin, ApiViewSet):
+class ConfigViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    ApiViewSet,
+):
     """Read: any signed-in user. Write: staff, through a service that records the CONFIG_CHANGED event."""
 
     permission_classes = [IsAuthenticated, IsStaffOrReadOnly]
@@ -80,17 +86,18 @@ class ConfigViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
         config_services.config_object_delete(obj=instance, actor=self.request.user)
 
     def create_object(self, data: dict):
-        return config_services.config_object_create(model=self.queryset.model, fields=data,
-                                                    actor=self.request.user)
+        return config_services.config_object_create(
+            model=self.queryset.model, fields=data, actor=self.request.user
+        )
 
     def update_object(self, obj, data: dict):
         return config_services.config_object_update(obj=obj, changes=data, actor=self.request.user)
 
 
-_limits = Prefetch("capacity_limits",
-                   queryset=EnvironmentCapacity.objects.select_related("instance_type"))
-_share_limits = Prefetch("capacity_limits",
-                         queryset=ShareCapacityLimit.objects.select_related("instance_type"))
+_limits = Prefetch("capacity_limits", queryset=EnvironmentCapacity.objects.select_related("instance_type"))
+_share_limits = Prefetch(
+    "capacity_limits", queryset=ShareCapacityLimit.objects.select_related("instance_type")
+)
 
 
 class InstanceTypeViewSet(ConfigViewSet):
@@ -100,26 +107,38 @@ class InstanceTypeViewSet(ConfigViewSet):
 
 class TeamViewSet(ConfigViewSet):
     queryset = Team.objects.prefetch_related(
-        Prefetch("memberships",
-                 queryset=Membership.objects.select_related("user").order_by("user__username")))
+        Prefetch("memberships", queryset=Membership.objects.select_related("user").order_by("user__username"))
+    )
     serializer_class = s.TeamSerializer
 
     @extend_schema(
         request=s.TeamMemberSerializer,
-        responses={201: s.MemberSerializer,
-                   200: OpenApiResponse(s.MemberSerializer, "the user's role changed")},
-        summary="Add a member to the team, or change a member's role (staff, or a manager of the team)")
-    @action(detail=True, methods=["post"], serializer_class=s.TeamMemberSerializer,
-            permission_classes=[IsAuthenticated, IsStaffOrTeamManager])
+        responses={
+            201: s.MemberSerializer,
+            200: OpenApiResponse(s.MemberSerializer, "the user's role changed"),
+        },
+        summary="Add a member to the team, or change a member's role (staff, or a manager of the team)",
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        serializer_class=s.TeamMemberSerializer,
+        permission_classes=[IsAuthenticated, IsStaffOrTeamManager],
+    )
     def members(self, request, pk=None):
         team = self.get_object()
         serializer = s.TeamMemberSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         membership, created = config_services.team_member_set(
-            team=team, user=serializer.validated_data["username"], role=serializer.validated_data["role"],
-            actor=request.user)
-        return Response(s.MemberSerializer(membership).data,
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+            team=team,
+            user=serializer.validated_data["username"],
+            role=serializer.validated_data["role"],
+            actor=request.user,
+        )
+        return Response(
+            s.MemberSerializer(membership).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
 
 
 class ServiceEnvironmentViewSet(ConfigViewSet):
@@ -132,8 +151,9 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
 
     def update_object(self, obj, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits", None))
-        return config_services.service_environment_update(environment=obj, changes=data, limits=limits,
-                                                          actor=self.request.user)
+        return config_services.service_environment_update(
+            environment=obj, changes=data, limits=limits, actor=self.request.user
+        )
 
 
 class JobQueueViewSet(ConfigViewSet):
@@ -146,18 +166,27 @@ class JobQueueViewSet(ConfigViewSet):
     def perform_destroy(self, instance):
         config_services.job_queue_delete(job_queue=instance, actor=self.request.user)
 
-    @extend_schema(request=None, responses=s.ScheduleResultSerializer,
-                   summary="Run one scheduling pass over the queue now, synchronously (staff)")
-    @action(detail=True, methods=["post"], serializer_class=s.ScheduleResultSerializer,
-            permission_classes=[IsAuthenticated, IsStaff])
+    @extend_schema(
+        request=None,
+        responses=s.ScheduleResultSerializer,
+        summary="Run one scheduling pass over the queue now, synchronously (staff)",
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        serializer_class=s.ScheduleResultSerializer,
+        permission_classes=[IsAuthenticated, IsStaff],
+    )
     def schedule(self, request, pk=None):
         job_queue = self.get_object()
         result = passes.queue_pass_run(job_queue_id=job_queue.pk, trigger="api")
         body = {"admitted": result.admitted, "preempted": result.preempted, "duration_ms": result.duration_ms}
         return Response(s.ScheduleResultSerializer(body).data)
 
-    @extend_schema(responses=s.QueueSnapshotSerializer,
-                   summary="RUNNABLE jobs in order, and per share and type: limit, usage, borrowed, lent")
+    @extend_schema(
+        responses=s.QueueSnapshotSerializer,
+        summary="RUNNABLE jobs in order, and per share and type: limit, usage, borrowed, lent",
+    )
     @action(detail=True, methods=["get"], serializer_class=s.QueueSnapshotSerializer)
     def snapshot(self, request, pk=None):
         snapshot = queue_snapshot(job_queue=self.get_object(), now=timezone.now(), job_limit=SNAPSHOT_JOBS)
@@ -167,21 +196,40 @@ class JobQueueViewSet(ConfigViewSet):
 def _snapshot_body(snapshot: QueueSnapshot) -> dict:
     shares = [
         {
-            "id": share.id, "name": share.name, "team": snapshot.team_slugs[share.team_id],
-            "strategy": share.strategy, "state": share.state, "borrow_limit": share.borrow_limit,
-            "in_share_preemption": share.in_share_preemption, "pending": share.pending, "limit": share.limit,
-            "usage": share.usage, "borrowed": share.borrowed, "lent": share.lent,
+            "id": share.id,
+            "name": share.name,
+            "team": snapshot.team_slugs[share.team_id],
+            "strategy": share.strategy,
+            "state": share.state,
+            "borrow_limit": share.borrow_limit,
+            "in_share_preemption": share.in_share_preemption,
+            "pending": share.pending,
+            "limit": share.limit,
+            "usage": share.usage,
+            "borrowed": share.borrowed,
+            "lent": share.lent,
             "instance_types": share.rows,
-            "borrows_from": [{"share": lender, "instance_type": type_, "instances": n}
-                             for lender, type_, n in share.borrows_from],
-            "lends_to": [{"share": borrower, "instance_type": type_, "instances": n}
-                         for borrower, type_, n in share.lends_to],
+            "borrows_from": [
+                {"share": lender, "instance_type": type_, "instances": n}
+                for lender, type_, n in share.borrows_from
+            ],
+            "lends_to": [
+                {"share": borrower, "instance_type": type_, "instances": n}
+                for borrower, type_, n in share.lends_to
+            ],
         }
         for share in snapshot.usage.shares
     ]
-    return {"job_queue": snapshot.job_queue.name, "state": snapshot.job_queue.state,
-            "taken_at": snapshot.taken_at, "runnable_count": snapshot.runnable_count, "jobs": snapshot.jobs,
-            "shares": shares, "instance_types": snapshot.usage.types, "plans": snapshot.usage.plans}
+    return {
+        "job_queue": snapshot.job_queue.name,
+        "state": snapshot.job_queue.state,
+        "taken_at": snapshot.taken_at,
+        "runnable_count": snapshot.runnable_count,
+        "jobs": snapshot.jobs,
+        "shares": shares,
+        "instance_types": snapshot.usage.types,
+        "plans": snapshot.usage.plans,
+    }
 
 
 @extend_schema_view(list=extend_schema(summary="Quota shares; ?job_queue=NAME for one queue's"))
@@ -196,8 +244,9 @@ class QuotaShareViewSet(ConfigViewSet):
 
     def update_object(self, obj, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits", None))
-        return config_services.quota_share_update(share=obj, changes=data, limits=limits,
-                                                  actor=self.request.user)
+        return config_services.quota_share_update(
+            share=obj, changes=data, limits=limits, actor=self.request.user
+        )
 
     @extend_schema(summary="Delete a DISABLED share; its unfinished jobs are cancelled")
     def destroy(self, request, *args, **kwargs):
@@ -209,9 +258,13 @@ class QuotaShareViewSet(ConfigViewSet):
 
 class TrainingPlanViewSet(ConfigViewSet):
     queryset = (
-        TrainingPlan.objects.select_related("job_queue", "instance_type").prefetch_related("quota_shares")
-        .annotate(in_use_instance_count=Coalesce(
-            Sum("jobs__selected_instance_count", filter=Q(jobs__status__in=PLACED_STATUSES)), 0))
+        TrainingPlan.objects.select_related("job_queue", "instance_type")
+        .prefetch_related("quota_shares")
+        .annotate(
+            in_use_instance_count=Coalesce(
+                Sum("jobs__selected_instance_count", filter=Q(jobs__status__in=PLACED_STATUSES)), 0
+            )
+        )
         .order_by("start_time", "name")
     )
     serializer_class = s.TrainingPlanSerializer
@@ -219,13 +272,15 @@ class TrainingPlanViewSet(ConfigViewSet):
 
     def create_object(self, data: dict):
         quota_shares = data.pop("quota_shares", [])
-        return config_services.training_plan_create(fields=data, quota_shares=quota_shares,
-                                                    actor=self.request.user)
+        return config_services.training_plan_create(
+            fields=data, quota_shares=quota_shares, actor=self.request.user
+        )
 
     def update_object(self, obj, data: dict):
         quota_shares = data.pop("quota_shares", None)
-        return config_services.training_plan_update(plan=obj, changes=data, quota_shares=quota_shares,
-                                                    actor=self.request.user)
+        return config_services.training_plan_update(
+            plan=obj, changes=data, quota_shares=quota_shares, actor=self.request.user
+        )
 
 
 # --- jobs ------------------------------------------------------------------------------------------------
@@ -260,9 +315,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
 
     @extend_schema(
         request=s.JobSerializer,
-        responses={201: s.JobSerializer,
-                   200: OpenApiResponse(s.JobSerializer, "a repeated client_token: the job it submitted")},
-        summary="Submit a job to a quota share of one of your teams")
+        responses={
+            201: s.JobSerializer,
+            200: OpenApiResponse(s.JobSerializer, "a repeated client_token: the job it submitted"),
+        },
+        summary="Submit a job to a quota share of one of your teams",
+    )
     def create(self, request):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -270,19 +328,25 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(self._job_body(job.pk), status=code)
 
-    @extend_schema(request=s.JobPriorityUpdateSerializer, responses=s.JobSerializer,
-                   summary="Change scheduling_priority (the submitter, team managers, staff)")
+    @extend_schema(
+        request=s.JobPriorityUpdateSerializer,
+        responses=s.JobSerializer,
+        summary="Change scheduling_priority (the submitter, team managers, staff)",
+    )
     def partial_update(self, request, pk=None):
         job = self.get_object()
         serializer = s.JobPriorityUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        job_services.job_set_priority(job_id=job.pk,
-                                      priority=serializer.validated_data["scheduling_priority"],
-                                      actor=request.user)
+        job_services.job_set_priority(
+            job_id=job.pk, priority=serializer.validated_data["scheduling_priority"], actor=request.user
+        )
         return Response(self._job_body(job.pk))
 
-    @extend_schema(request=s.JobCancelSerializer, responses=s.JobSerializer,
-                   summary="Cancel an unfinished job (the submitter, team managers, staff)")
+    @extend_schema(
+        request=s.JobCancelSerializer,
+        responses=s.JobSerializer,
+        summary="Cancel an unfinished job (the submitter, team managers, staff)",
+    )
     @action(detail=True, methods=["post"], serializer_class=s.JobCancelSerializer)
     def cancel(self, request, pk=None):
         job = self.get_object()
@@ -291,24 +355,38 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
         job_services.job_cancel(job_id=job.pk, actor=request.user, reason=serializer.validated_data["reason"])
         return Response(self._job_body(job.pk))
 
-    @extend_schema(request=s.JobReportSerializer, responses=s.JobSerializer,
-                   summary="An executor reports a placed job's progress (staff, report_job_status)")
-    @action(detail=True, methods=["post"], serializer_class=s.JobReportSerializer,
-            permission_classes=[IsAuthenticated, CanReportJobStatus])
+    @extend_schema(
+        request=s.JobReportSerializer,
+        responses=s.JobSerializer,
+        summary="An executor reports a placed job's progress (staff, report_job_status)",
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        serializer_class=s.JobReportSerializer,
+        permission_classes=[IsAuthenticated, CanReportJobStatus],
+    )
     def report(self, request, pk=None):
         job = self.get_object()
         serializer = s.JobReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        executor_services.job_report(job_id=job.pk, status=serializer.validated_data["status"],
-                                     reason=serializer.validated_data["reason"], actor=request.user)
+        executor_services.job_report(
+            job_id=job.pk,
+            status=serializer.validated_data["status"],
+            reason=serializer.validated_data["reason"],
+            actor=request.user,
+        )
         return Response(self._job_body(job.pk))
 
 
 # --- events ----------------------------------------------------------------------------------------------
 
 
-@extend_schema_view(list=extend_schema(
-    summary="Events, newest first; with since or since_id, the ones after it, oldest first (for tailing)"))
+@extend_schema_view(
+    list=extend_schema(
+        summary="Events, newest first; with since or since_id, the ones after it, oldest first (for tailing)"
+    )
+)
 class EventViewSet(mixins.ListModelMixin, ApiViewSet):
     """Every signed-in user reads every event; a job inside an event is a summary, never its payload."""
 
@@ -318,7 +396,12 @@ class EventViewSet(mixins.ListModelMixin, ApiViewSet):
 
     def get_queryset(self):
         events = Event.objects.select_related(
-            "job_queue", "job__team", "quota_share", "other_job__team", "other_share", "instance_type",
+            "job_queue",
+            "job__team",
+            "quota_share",
+            "other_job__team",
+            "other_share",
+            "instance_type",
             "actor",
         ).defer("job__payload", "other_job__payload")
         tailing = any(self.request.query_params.get(name) for name in ("since", "since_id"))

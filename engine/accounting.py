@@ -79,8 +79,9 @@ def share_usage(
     usage: Mapping[tuple[int, str], int],
 ) -> tuple[list[ShareTypeUsage], list[Loan], list[TypeUsage]]:
     """Rows per (share, type) for each type a share has a limit on or uses, the loans, and per-type totals."""
-    types = sorted(set(capacity) | {t for share_limits in limits.values() for t in share_limits}
-                   | {t for _, t in usage})
+    types = sorted(
+        set(capacity) | {t for share_limits in limits.values() for t in share_limits} | {t for _, t in usage}
+    )
     share_ids = sorted(set(limits) | set(strategies) | {s for s, _ in usage})
     rows: list[ShareTypeUsage] = []
     loans: list[Loan] = []
@@ -102,14 +103,27 @@ def share_usage(
                         loans.append(Loan(borrower, lender, type_, n))
         for s in share_ids:
             if limit[s] or used[s]:
-                rows.append(ShareTypeUsage(
-                    share_id=s, instance_type=type_, limit=limit[s], usage=used[s], borrowed=borrowed[s],
-                    lent=lent.get(s, 0), idle=idle[s] - lent.get(s, 0),
-                ))
+                rows.append(
+                    ShareTypeUsage(
+                        share_id=s,
+                        instance_type=type_,
+                        limit=limit[s],
+                        usage=used[s],
+                        borrowed=borrowed[s],
+                        lent=lent.get(s, 0),
+                        idle=idle[s] - lent.get(s, 0),
+                    )
+                )
         owned = sum(used[s] - borrowed[s] for s in share_ids)
         idle_total = sum(idle.values()) - sum(lent.values())
-        totals.append(TypeUsage(
-            instance_type=type_, capacity=cap, owned=owned, borrowed=total_borrowed, idle=max(0, idle_total),
-            free=max(0, cap - owned - total_borrowed - max(0, idle_total)),
-        ))
+        totals.append(
+            TypeUsage(
+                instance_type=type_,
+                capacity=cap,
+                owned=owned,
+                borrowed=total_borrowed,
+                idle=max(0, idle_total),
+                free=max(0, cap - owned - total_borrowed - max(0, idle_total)),
+            )
+        )
     return rows, loans, totals

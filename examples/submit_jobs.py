@@ -26,21 +26,38 @@ DEFAULT_PREFERENCES = ["ml.p5.48xlarge:1", "ml.p4d.24xlarge:1"]
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8000",
-                        help="quotaportal's address (default %(default)s); /api/v1 is added if missing")
-    parser.add_argument("--token", default=os.environ.get("QUOTAPORTAL_TOKEN"),
-                        help="API token (manage.py drf_create_token USER); default $QUOTAPORTAL_TOKEN")
+    parser.add_argument(
+        "--url",
+        default="http://127.0.0.1:8000",
+        help="quotaportal's address (default %(default)s); /api/v1 is added if missing",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("QUOTAPORTAL_TOKEN"),
+        help="API token (manage.py drf_create_token USER); default $QUOTAPORTAL_TOKEN",
+    )
     parser.add_argument("--count", type=int, default=3, help="jobs to submit (default %(default)s)")
     parser.add_argument("--queue", default="training", help="job queue name (default %(default)s)")
     parser.add_argument("--share", default="nlp", help="quota share name (default %(default)s)")
-    parser.add_argument("--prefer", action="append", metavar="TYPE:COUNT[:PLAN]",
-                        help="a preference entry, in order; repeat for up to five "
-                             f"(default {' then '.join(DEFAULT_PREFERENCES)})")
+    parser.add_argument(
+        "--prefer",
+        action="append",
+        metavar="TYPE:COUNT[:PLAN]",
+        help="a preference entry, in order; repeat for up to five "
+        f"(default {' then '.join(DEFAULT_PREFERENCES)})",
+    )
     parser.add_argument("--priority", type=int, default=0, help="scheduling_priority 0..9999")
-    parser.add_argument("--duration", type=int, default=120,
-                        help="duration_seconds, what the simulated executor runs (default %(default)s)")
-    parser.add_argument("--batch", default=f"batch-{int(time.time())}",
-                        help="prefix of the jobs' names and client tokens (default batch-<unix time>)")
+    parser.add_argument(
+        "--duration",
+        type=int,
+        default=120,
+        help="duration_seconds, what the simulated executor runs (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batch",
+        default=f"batch-{int(time.time())}",
+        help="prefix of the jobs' names and client tokens (default batch-<unix time>)",
+    )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
     parser.add_argument("--timeout", type=float, default=600.0, help="stop polling after this many seconds")
     args = parser.parse_args(argv)
@@ -107,8 +124,9 @@ def settled(job: dict) -> bool:
     return job["status"] in PLACED or job["status"] in FINISHED
 
 
-def poll(session: requests.Session, base: str, jobs: list[dict], *, interval: float,
-         timeout: float) -> list[dict]:
+def poll(
+    session: requests.Session, base: str, jobs: list[dict], *, interval: float, timeout: float
+) -> list[dict]:
     """Re-read the jobs until each is placed or finished, or the timeout passes; returns their last state."""
     latest = {job["id"]: job for job in jobs}
     deadline = time.monotonic() + timeout

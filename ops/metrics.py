@@ -23,22 +23,33 @@ class QuotaportalCollector(Collector):
 
     def collect(self) -> Iterator:
         share_labels = ["queue", "share", "instance_type"]
-        usage = GaugeMetricFamily("quotaportal_share_usage",
-                                  "Instances in use by a share on on-demand capacity", labels=share_labels)
-        limit = GaugeMetricFamily("quotaportal_share_limit", "A share's max_capacity for an instance type",
-                                  labels=share_labels)
-        borrowed = GaugeMetricFamily("quotaportal_share_borrowed", "Instances a share uses above its limit",
-                                     labels=share_labels)
-        lent = GaugeMetricFamily("quotaportal_share_lent", "A share's idle instances in use by borrowers",
-                                 labels=share_labels)
-        pending = GaugeMetricFamily("quotaportal_share_pending_jobs", "RUNNABLE jobs of a share",
-                                    labels=["queue", "share"])
-        capacity = GaugeMetricFamily("quotaportal_queue_capacity",
-                                     "On-demand instances of the queue's environment",
-                                     labels=["queue", "instance_type"])
-        plan_use = GaugeMetricFamily("quotaportal_training_plan_in_use",
-                                     "Instances in use on a training plan",
-                                     labels=["queue", "training_plan", "instance_type"])
+        usage = GaugeMetricFamily(
+            "quotaportal_share_usage",
+            "Instances in use by a share on on-demand capacity",
+            labels=share_labels,
+        )
+        limit = GaugeMetricFamily(
+            "quotaportal_share_limit", "A share's max_capacity for an instance type", labels=share_labels
+        )
+        borrowed = GaugeMetricFamily(
+            "quotaportal_share_borrowed", "Instances a share uses above its limit", labels=share_labels
+        )
+        lent = GaugeMetricFamily(
+            "quotaportal_share_lent", "A share's idle instances in use by borrowers", labels=share_labels
+        )
+        pending = GaugeMetricFamily(
+            "quotaportal_share_pending_jobs", "RUNNABLE jobs of a share", labels=["queue", "share"]
+        )
+        capacity = GaugeMetricFamily(
+            "quotaportal_queue_capacity",
+            "On-demand instances of the queue's environment",
+            labels=["queue", "instance_type"],
+        )
+        plan_use = GaugeMetricFamily(
+            "quotaportal_training_plan_in_use",
+            "Instances in use on a training plan",
+            labels=["queue", "training_plan", "instance_type"],
+        )
         for queue in JobQueue.objects.select_related("service_environment").order_by("name"):
             summary = queue_usage(job_queue=queue)
             for share in summary.shares:
@@ -52,18 +63,24 @@ class QuotaportalCollector(Collector):
             for type_usage in summary.types:
                 capacity.add_metric([queue.name, type_usage.instance_type], type_usage.capacity)
             for plan in summary.plans:
-                plan_use.add_metric([queue.name, plan["name"], plan["instance_type"]],
-                                    plan["in_use_instance_count"])
+                plan_use.add_metric(
+                    [queue.name, plan["name"], plan["instance_type"]], plan["in_use_instance_count"]
+                )
         yield from (usage, limit, borrowed, lent, pending, capacity, plan_use)
         yield self._preemptions()
         yield from self._pass_durations()
 
     def _preemptions(self) -> CounterMetricFamily:
-        counter = CounterMetricFamily("quotaportal_preemptions", "Jobs preempted, by kind",
-                                      labels=["queue", "kind"])
+        counter = CounterMetricFamily(
+            "quotaportal_preemptions", "Jobs preempted, by kind", labels=["queue", "kind"]
+        )
         names = dict(JobQueue.objects.values_list("id", "name"))
-        counts = Event.objects.filter(kind__in=PREEMPTION_KINDS).values_list("job_queue_id", "kind").annotate(
-            n=Count("id")).order_by()
+        counts = (
+            Event.objects.filter(kind__in=PREEMPTION_KINDS)
+            .values_list("job_queue_id", "kind")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
         seen = set()
         for queue_id, kind, n in counts:
             if queue_id in names:
@@ -76,9 +93,11 @@ class QuotaportalCollector(Collector):
         return counter
 
     def _pass_durations(self) -> Iterator[HistogramMetricFamily]:
-        histogram = HistogramMetricFamily("quotaportal_pass_duration_seconds",
-                                          "Duration of scheduling passes (lock, load, decide, write)",
-                                          labels=["queue"])
+        histogram = HistogramMetricFamily(
+            "quotaportal_pass_duration_seconds",
+            "Duration of scheduling passes (lock, load, decide, write)",
+            labels=["queue"],
+        )
         rows: dict[str, list[PassHistogramBucket]] = {}
         for bucket in PassHistogramBucket.objects.select_related("job_queue").order_by("job_queue_id", "le"):
             rows.setdefault(bucket.job_queue.name, []).append(bucket)
@@ -86,6 +105,8 @@ class QuotaportalCollector(Collector):
             finite = [b for b in buckets if b.le is not None]
             total = next(b for b in buckets if b.le is None)
             histogram.add_metric(
-                [name], [(repr(b.le), b.count) for b in finite] + [("+Inf", total.count)],
-                sum_value=total.sum_seconds)
+                [name],
+                [(repr(b.le), b.count) for b in finite] + [("+Inf", total.count)],
+                sum_value=total.sum_seconds,
+            )
         yield histogram

@@ -44,7 +44,9 @@ def healthz(request: HttpRequest) -> JsonResponse:
     """200 when the database and the broker answer, 503 naming what does not."""
     checks = {"database": _database_ok(), "broker": _broker_ok()}
     healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
+    return JsonResponse(
+        {"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503
+    )
 
 
 @require_GET
@@ -54,8 +56,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(given.encode(), token.encode()):
-            return HttpResponse("metrics need the bearer token set in METRICS_TOKEN\n", status=401,
-                                content_type="text/plain")
+            return HttpResponse(
+                "metrics need the bearer token set in METRICS_TOKEN\n", status=401, content_type="text/plain"
+            )
     registry = CollectorRegistry()
     registry.register(QuotaportalCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

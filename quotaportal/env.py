@@ -76,5 +76,6 @@ def envrate(name: str, default: str) -> str | None:
     match = _RATE.match(raw)
     if not match or int(match.group(1)) < 1:
         raise ImproperlyConfigured(
-            f"{name}={raw!r} is not a rate: write N/second, N/min, N/hour or N/day, or off")
+            f"{name}={raw!r} is not a rate: write N/second, N/min, N/hour or N/day, or off"
+        )
     return f"{match.group(1)}/{match.group(2)}"

@@ -122,7 +122,9 @@ DATABASE_URL = envurl(
     f"sqlite:///{VAR_DIR / 'quotaportal.sqlite3'}",
     schemes=("sqlite", "postgres", "postgresql", "pgsql"),
 )
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60, minimum=0))}
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60, minimum=0))
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A worker, beat and the web server share one SQLite file: wait for the write lock instead of failing.
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
@@ -183,7 +185,11 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 # succeeds (`scheduling.passes.requests.pass_request` logs the failure) and the beat runs the pass once the
 # broker is back.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
-    "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -210,24 +216,40 @@ METRICS_TOKEN = envstr("METRICS_TOKEN", "")
 # --- cache: throttle counters shared by every web process --------------------------------------------------
 # CACHE_URL: redis://host:6379/N, file:///absolute/dir or locmem:// (one process only). Unset: the broker's
 # Redis when CELERY_BROKER_URL is Redis, else files under var/cache (shared by the processes of one machine).
-_default_cache = CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else (
-    f"file://{VAR_DIR / 'cache'}")
-CACHE_URL = (envurl("CACHE_URL", _default_cache, schemes=("redis", "rediss", "file", "locmem"))
-             if envstr("CACHE_URL", "").strip() else _default_cache)
+_default_cache = (
+    CELERY_BROKER_URL
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://"))
+    else (f"file://{VAR_DIR / 'cache'}")
+)
+CACHE_URL = (
+    envurl("CACHE_URL", _default_cache, schemes=("redis", "rediss", "file", "locmem"))
+    if envstr("CACHE_URL", "").strip()
+    else _default_cache
+)
 if CACHE_URL.startswith(("redis://", "rediss://")):
     # Short timeouts: a Redis outage makes the throttles fail open quickly instead of hanging requests.
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL,
-                          "KEY_PREFIX": "quotaportal",
-                          "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "quotaportal",
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
 elif CACHE_URL.startswith("file://"):
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-                          "LOCATION": CACHE_URL.removeprefix("file://")}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": CACHE_URL.removeprefix("file://"),
+        }
+    }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 # A pass request made while one for the same queue waits in the broker joins it; the mark lasts at most this
 # long. 0 turns joining off; it is off by default with a one-process cache, which workers cannot clear.
-PASS_COALESCE_SECONDS = envint("PASS_COALESCE_SECONDS", 0 if CACHE_URL.startswith("locmem") else 120, minimum=0,
-                               maximum=3600)
+PASS_COALESCE_SECONDS = envint(
+    "PASS_COALESCE_SECONDS", 0 if CACHE_URL.startswith("locmem") else 120, minimum=0, maximum=3600
+)
 
 # --- request limits -------------------------------------------------------------------------------------
 # Request bodies above this many bytes are refused (413 on the API); a job's payload is at most 64 KiB.
@@ -302,8 +324,11 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "pythonjsonlogger.json.JsonFormatter",
-                 "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s", "timestamp": True},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "timestamp": True,
+        },
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
@@ -311,7 +336,10 @@ LOGGING = {
 }
 
 CELERY_BEAT_SCHEDULE = {
-    "scheduling-passes": {"task": "scheduling.tasks.run_all_passes", "schedule": float(PASS_INTERVAL_SECONDS)},
+    "scheduling-passes": {
+        "task": "scheduling.tasks.run_all_passes",
+        "schedule": float(PASS_INTERVAL_SECONDS),
+    },
     "simulated-executor": {"task": "scheduling.tasks.simulated_executor_tick", "schedule": 2.0},
     "prune-history": {"task": "scheduling.tasks.prune_history", "schedule": 3600.0},
 }

@@ -61,13 +61,20 @@ def _errors_onto(form, error: ValidationError) -> None:
 
 def _rows(formsets) -> list[dict[str, Any]]:
     """The cleaned rows of the inline formsets that stay (not deleted, not left blank)."""
-    return [form.cleaned_data for formset in formsets for form in formset.forms
-            if form.cleaned_data and not form.cleaned_data.get("DELETE")]
+    return [
+        form.cleaned_data
+        for formset in formsets
+        for form in formset.forms
+        if form.cleaned_data and not form.cleaned_data.get("DELETE")
+    ]
 
 
 def _limits(formsets) -> list[rules.LimitInput]:
-    return [rules.LimitInput(row["instance_type"], row["max_capacity"])
-            for row in _rows(formsets) if row.get("instance_type")]
+    return [
+        rules.LimitInput(row["instance_type"], row["max_capacity"])
+        for row in _rows(formsets)
+        if row.get("instance_type")
+    ]
 
 
 def _fields(form, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -99,8 +106,9 @@ class ServiceAdmin(admin.ModelAdmin):
     form = ServiceForm
 
     def service_create(self, request, form, formsets) -> models.Model:
-        return config_services.config_object_create(model=self.model, fields=_fields(form),
-                                                    actor=request.user)
+        return config_services.config_object_create(
+            model=self.model, fields=_fields(form), actor=request.user
+        )
 
     def service_update(self, request, obj, form, formsets) -> models.Model:
         return config_services.config_object_update(obj=obj, changes=_fields(form), actor=request.user)
@@ -125,10 +133,12 @@ class ServiceAdmin(admin.ModelAdmin):
             # What `construct_change_message` reads, which the formsets' own save() would have set.
             kept = [f for f in formset.forms if f.has_changed() and not f.cleaned_data.get("DELETE")]
             formset.new_objects = [f.instance for f in kept if f in formset.extra_forms]
-            formset.changed_objects = [(f.instance, f.changed_data) for f in kept
-                                       if f in formset.initial_forms]
-            formset.deleted_objects = [f.instance for f in formset.initial_forms
-                                       if f.cleaned_data.get("DELETE")]
+            formset.changed_objects = [
+                (f.instance, f.changed_data) for f in kept if f in formset.initial_forms
+            ]
+            formset.deleted_objects = [
+                f.instance for f in formset.initial_forms if f.cleaned_data.get("DELETE")
+            ]
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         try:
@@ -156,8 +166,11 @@ class ServiceAdmin(admin.ModelAdmin):
         try:
             self.service_delete(request, obj)
         except (ValidationError, DomainError) as exc:
-            self.message_user(request, "; ".join(error_messages(exc)) if isinstance(exc, ValidationError)
-                              else exc.message, level=messages.ERROR)
+            self.message_user(
+                request,
+                "; ".join(error_messages(exc)) if isinstance(exc, ValidationError) else exc.message,
+                level=messages.ERROR,
+            )
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
@@ -209,8 +222,9 @@ class TeamAdmin(ServiceAdmin):
                 if was is not None and (data.get("DELETE") or data["user"].pk != was):
                     config_services.team_member_remove(team=team, user_id=was, actor=request.user)
                 if not data.get("DELETE"):
-                    config_services.team_member_set(team=team, user=data["user"], role=data["role"],
-                                                    actor=request.user)
+                    config_services.team_member_set(
+                        team=team, user=data["user"], role=data["role"], actor=request.user
+                    )
 
 
 class EnvironmentCapacityInline(admin.TabularInline):
@@ -225,13 +239,15 @@ class ServiceEnvironmentAdmin(ServiceAdmin):
     inlines = [EnvironmentCapacityInline]
 
     def service_create(self, request, form, formsets) -> models.Model:
-        return config_services.service_environment_create(fields=_fields(form), limits=_limits(formsets),
-                                                          actor=request.user)
+        return config_services.service_environment_create(
+            fields=_fields(form), limits=_limits(formsets), actor=request.user
+        )
 
     def service_update(self, request, obj, form, formsets) -> models.Model:
         limits = _limits(formsets) if any(formset.has_changed() for formset in formsets) else None
-        return config_services.service_environment_update(environment=obj, changes=_fields(form),
-                                                          limits=limits, actor=request.user)
+        return config_services.service_environment_update(
+            environment=obj, changes=_fields(form), limits=limits, actor=request.user
+        )
 
 
 @admin.register(JobQueue)
@@ -270,13 +286,15 @@ class QuotaShareAdmin(ServiceAdmin):
         return ("job_queue",) if obj is not None else ()
 
     def service_create(self, request, form, formsets) -> models.Model:
-        return config_services.quota_share_create(fields=_fields(form), limits=_limits(formsets),
-                                                  actor=request.user)
+        return config_services.quota_share_create(
+            fields=_fields(form), limits=_limits(formsets), actor=request.user
+        )
 
     def service_update(self, request, obj, form, formsets) -> models.Model:
         limits = _limits(formsets) if any(formset.has_changed() for formset in formsets) else None
-        return config_services.quota_share_update(share=obj, changes=_fields(form), limits=limits,
-                                                  actor=request.user)
+        return config_services.quota_share_update(
+            share=obj, changes=_fields(form), limits=limits, actor=request.user
+        )
 
     def service_delete(self, request, obj) -> None:
         config_services.quota_share_delete(share=obj, actor=request.user)
@@ -290,20 +308,32 @@ class QuotaShareAdmin(ServiceAdmin):
 
 @admin.register(TrainingPlan)
 class TrainingPlanAdmin(ServiceAdmin):
-    list_display = ("name", "job_queue", "instance_type", "instance_count", "start_time", "end_time",
-                    "status")
+    list_display = (
+        "name",
+        "job_queue",
+        "instance_type",
+        "instance_count",
+        "start_time",
+        "end_time",
+        "status",
+    )
     list_filter = ("job_queue", "instance_type")
     filter_horizontal = ("quota_shares",)
 
     def service_create(self, request, form, formsets) -> models.Model:
         return config_services.training_plan_create(
             fields=_fields(form, leave_out=("quota_shares",)),
-            quota_shares=list(form.cleaned_data["quota_shares"]), actor=request.user)
+            quota_shares=list(form.cleaned_data["quota_shares"]),
+            actor=request.user,
+        )
 
     def service_update(self, request, obj, form, formsets) -> models.Model:
         return config_services.training_plan_update(
-            plan=obj, changes=_fields(form, leave_out=("quota_shares",)),
-            quota_shares=list(form.cleaned_data["quota_shares"]), actor=request.user)
+            plan=obj,
+            changes=_fields(form, leave_out=("quota_shares",)),
+            quota_shares=list(form.cleaned_data["quota_shares"]),
+            actor=request.user,
+        )
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -329,8 +359,17 @@ class JobAttemptInline(ReadOnlyInline):
 class JobAdmin(admin.ModelAdmin):
     """Jobs are submitted through the pages or the API (where every submission rule is checked)."""
 
-    list_display = ("id", "name", "job_queue", "quota_share", "status", "scheduling_priority",
-                    "selected_instance_type", "selected_instance_count", "created_at")
+    list_display = (
+        "id",
+        "name",
+        "job_queue",
+        "quota_share",
+        "status",
+        "scheduling_priority",
+        "selected_instance_type",
+        "selected_instance_count",
+        "created_at",
+    )
     list_filter = ("status", "job_queue", "quota_share")
     search_fields = ("name", "id")
     readonly_fields = [f.name for f in Job._meta.fields]
@@ -368,8 +407,16 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "kind", "job", "quota_share", "other_job", "other_share", "actor",
-                    "message")
+    list_display = (
+        "created_at",
+        "kind",
+        "job",
+        "quota_share",
+        "other_job",
+        "other_share",
+        "actor",
+        "message",
+    )
     list_filter = ("kind",)
     search_fields = ("message",)
     list_select_related = ("job", "quota_share", "other_job", "other_share", "actor")
@@ -377,14 +424,31 @@ class EventAdmin(ReadOnlyAdmin):
 
 @admin.register(SchedulingPass)
 class SchedulingPassAdmin(ReadOnlyAdmin):
-    list_display = ("started_at", "job_queue", "trigger", "duration_ms", "jobs_considered",
-                    "placed_within_quota", "placed_borrowing", "preempted_reclaim", "preempted_in_share",
-                    "fallbacks")
+    list_display = (
+        "started_at",
+        "job_queue",
+        "trigger",
+        "duration_ms",
+        "jobs_considered",
+        "placed_within_quota",
+        "placed_borrowing",
+        "preempted_reclaim",
+        "preempted_in_share",
+        "fallbacks",
+    )
     list_filter = ("job_queue", "trigger")
 
 
 @admin.register(ShareUsageSample)
 class ShareUsageSampleAdmin(ReadOnlyAdmin):
-    list_display = ("taken_at", "quota_share", "instance_type", "limit", "usage", "borrowed", "lent",
-                    "pending")
+    list_display = (
+        "taken_at",
+        "quota_share",
+        "instance_type",
+        "limit",
+        "usage",
+        "borrowed",
+        "lent",
+        "pending",
+    )
     list_filter = ("quota_share",)

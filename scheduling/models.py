@@ -38,8 +38,10 @@ class InstanceType(models.Model):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=Q(hourly_price__gte=0) | Q(hourly_price__isnull=True),
-                                   name="instance_type_price_not_negative"),
+            models.CheckConstraint(
+                condition=Q(hourly_price__gte=0) | Q(hourly_price__isnull=True),
+                name="instance_type_price_not_negative",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -73,7 +75,9 @@ class Membership(models.Model):
 
     class Meta:
         ordering = ["team__name", "user__username"]
-        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_user_per_team")]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "user"], name="membership_unique_user_per_team")
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
@@ -110,8 +114,9 @@ class EnvironmentCapacity(models.Model):
     class Meta:
         ordering = ["instance_type__name"]
         constraints = [
-            models.UniqueConstraint(fields=["service_environment", "instance_type"],
-                                    name="environment_capacity_unique_type"),
+            models.UniqueConstraint(
+                fields=["service_environment", "instance_type"], name="environment_capacity_unique_type"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -134,7 +139,9 @@ class JobQueue(models.Model):
 
     class Meta:
         ordering = ["-priority", "name"]
-        constraints = [models.CheckConstraint(condition=Q(priority__lte=1000), name="job_queue_priority_range")]
+        constraints = [
+            models.CheckConstraint(condition=Q(priority__lte=1000), name="job_queue_priority_range")
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -155,7 +162,8 @@ class QuotaShare(models.Model):
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="quota_shares")
     strategy = models.CharField(max_length=20, choices=Strategy.choices, default=Strategy.RESERVE)
     borrow_limit = models.IntegerField(
-        default=-1, validators=[MinValueValidator(-1)],
+        default=-1,
+        validators=[MinValueValidator(-1)],
         help_text="Percent of the share's limit it may borrow above it; -1 = unlimited. LEND_AND_BORROW only.",
     )
     in_share_preemption = models.BooleanField(default=False)
@@ -209,14 +217,18 @@ class TrainingPlan(models.Model):
     start_time = models.DateTimeField()
     end_time = models.DateTimeField()
     quota_shares = models.ManyToManyField(
-        QuotaShare, blank=True, related_name="training_plans",
+        QuotaShare,
+        blank=True,
+        related_name="training_plans",
         help_text="Shares that may draw on this plan; none selected = every share of the queue.",
     )
 
     class Meta:
         ordering = ["start_time", "name"]
         constraints = [
-            models.CheckConstraint(condition=Q(end_time__gt=models.F("start_time")), name="plan_ends_after_start"),
+            models.CheckConstraint(
+                condition=Q(end_time__gt=models.F("start_time")), name="plan_ends_after_start"
+            ),
             models.CheckConstraint(condition=Q(instance_count__gte=1), name="plan_at_least_one_instance"),
         ]
 
@@ -264,10 +276,13 @@ class Job(models.Model):
         default=1, validators=[MinValueValidator(1), MaxValueValidator(10)]
     )
     preemption_retries_before_termination = models.PositiveIntegerField(null=True, blank=True)
-    max_pending_seconds = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    max_pending_seconds = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
     duration_seconds = models.PositiveIntegerField(null=True, blank=True)
     payload = models.JSONField(default=dict, blank=True)
-    client_token = models.CharField(max_length=64, null=True, blank=True)
+    # NULL, not "": jobs without a token must not collide under the per-user unique constraint.
+    client_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
 
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.RUNNABLE)
     status_reason = models.TextField(blank=True, default="")
@@ -298,12 +313,18 @@ class Job(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=Q(scheduling_priority__lte=9999), name="job_priority_range"),
-            models.CheckConstraint(condition=Q(retry_attempts__gte=1, retry_attempts__lte=10),
-                                   name="job_retry_attempts_range"),
-            models.CheckConstraint(condition=Q(max_pending_seconds__isnull=True) | Q(max_pending_seconds__gte=1),
-                                   name="job_max_pending_positive"),
-            models.UniqueConstraint(fields=["submitted_by", "client_token"],
-                                    condition=Q(client_token__isnull=False), name="job_client_token_unique"),
+            models.CheckConstraint(
+                condition=Q(retry_attempts__gte=1, retry_attempts__lte=10), name="job_retry_attempts_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_pending_seconds__isnull=True) | Q(max_pending_seconds__gte=1),
+                name="job_max_pending_positive",
+            ),
+            models.UniqueConstraint(
+                fields=["submitted_by", "client_token"],
+                condition=Q(client_token__isnull=False),
+                name="job_client_token_unique",
+            ),
             models.CheckConstraint(
                 condition=Q(status__in=[s.value for s in JobStatus]), name="job_status_valid"
             ),
@@ -361,18 +382,25 @@ class JobPreference(models.Model):
     position = models.PositiveSmallIntegerField(validators=[MaxValueValidator(MAX_PREFERENCES - 1)])
     instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
     instance_count = models.PositiveIntegerField(validators=[MinValueValidator(1)])
-    training_plan = models.ForeignKey(TrainingPlan, on_delete=models.PROTECT, null=True, blank=True,
-                                      related_name="+")
+    training_plan = models.ForeignKey(
+        TrainingPlan, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         ordering = ["job_id", "position"]
         constraints = [
             models.UniqueConstraint(fields=["job", "position"], name="preference_unique_position"),
-            models.UniqueConstraint(fields=["job", "instance_type", "training_plan"],
-                                    name="preference_unique_type_plan"),
-            models.UniqueConstraint(fields=["job", "instance_type"], condition=Q(training_plan__isnull=True),
-                                    name="preference_unique_on_demand_type"),
-            models.CheckConstraint(condition=Q(position__lt=MAX_PREFERENCES), name="preference_position_range"),
+            models.UniqueConstraint(
+                fields=["job", "instance_type", "training_plan"], name="preference_unique_type_plan"
+            ),
+            models.UniqueConstraint(
+                fields=["job", "instance_type"],
+                condition=Q(training_plan__isnull=True),
+                name="preference_unique_on_demand_type",
+            ),
+            models.CheckConstraint(
+                condition=Q(position__lt=MAX_PREFERENCES), name="preference_position_range"
+            ),
             models.CheckConstraint(condition=Q(instance_count__gte=1), name="preference_count_positive"),
         ]
 
@@ -387,8 +415,9 @@ class JobAttempt(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
     instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
     instance_count = models.PositiveIntegerField()
-    training_plan = models.ForeignKey(TrainingPlan, on_delete=models.SET_NULL, null=True, blank=True,
-                                      related_name="+")
+    training_plan = models.ForeignKey(
+        TrainingPlan, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     borrowed_instances = models.PositiveIntegerField(default=0)
     scheduled_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -419,7 +448,9 @@ class EventKind(models.TextChoices):
 
 
 PREEMPTION_KINDS = (
-    EventKind.PREEMPTED_RECLAIM, EventKind.PREEMPTED_IN_SHARE, EventKind.PREEMPTED_LIMIT_REDUCED,
+    EventKind.PREEMPTED_RECLAIM,
+    EventKind.PREEMPTED_IN_SHARE,
+    EventKind.PREEMPTED_LIMIT_REDUCED,
 )
 
 
@@ -428,20 +459,31 @@ class Event(models.Model):
 
     kind = models.CharField(max_length=32, choices=EventKind.choices)
     # Only the indexes the event log reads by are kept: a pass writes thousands of events at once.
-    job_queue = models.ForeignKey(JobQueue, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                  db_index=False)
+    job_queue = models.ForeignKey(
+        JobQueue, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
-    quota_share = models.ForeignKey(QuotaShare, on_delete=models.SET_NULL, null=True, blank=True,
-                                    related_name="events", db_index=False)
-    other_job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                  db_index=False)
-    other_share = models.ForeignKey(QuotaShare, on_delete=models.SET_NULL, null=True, blank=True,
-                                    related_name="+", db_index=False)
-    instance_type = models.ForeignKey(InstanceType, on_delete=models.SET_NULL, null=True, blank=True,
-                                      related_name="+", db_index=False)
+    quota_share = models.ForeignKey(
+        QuotaShare, on_delete=models.SET_NULL, null=True, blank=True, related_name="events", db_index=False
+    )
+    other_job = models.ForeignKey(
+        Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
+    other_share = models.ForeignKey(
+        QuotaShare, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
+    instance_type = models.ForeignKey(
+        InstanceType, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
     instances = models.PositiveIntegerField(null=True, blank=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                              related_name="+", db_index=False)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
     message = models.TextField()
     # For CONFIG_CHANGED: {"object": ..., "id": ..., "before": {...}, "after": {...}}.
     data = models.JSONField(default=dict, blank=True)
@@ -502,6 +544,9 @@ class ShareUsageSample(models.Model):
         ordering = ["taken_at"]
         indexes = [models.Index(fields=["quota_share", "taken_at"], name="sample_share_taken_idx")]
 
+    def __str__(self) -> str:
+        return f"share {self.quota_share_id} type {self.instance_type_id} at {self.taken_at:%H:%M:%S}"
+
 
 class PassHistogramBucket(models.Model):
     """Cumulative count of a queue's passes that took at most `le` seconds (`le` NULL: all, with their sum)."""
@@ -514,6 +559,10 @@ class PassHistogramBucket(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["job_queue", "le"], name="pass_bucket_unique_le"),
-            models.UniqueConstraint(fields=["job_queue"], condition=Q(le__isnull=True),
-                                    name="pass_bucket_unique_total"),
+            models.UniqueConstraint(
+                fields=["job_queue"], condition=Q(le__isnull=True), name="pass_bucket_unique_total"
+            ),
         ]
+
+    def __str__(self) -> str:
+        return f"queue {self.job_queue_id} passes <= {self.le if self.le is not None else '+Inf'} s"

@@ -54,8 +54,9 @@ def _raise_if(errors: Errors) -> None:
 def environment_capacity(job_queue: JobQueue) -> dict[int, int]:
     """instance_type id -> on-demand max_capacity of the queue's environment."""
     return dict(
-        EnvironmentCapacity.objects.filter(service_environment_id=job_queue.service_environment_id)
-        .values_list("instance_type_id", "max_capacity")
+        EnvironmentCapacity.objects.filter(
+            service_environment_id=job_queue.service_environment_id
+        ).values_list("instance_type_id", "max_capacity")
     )
 
 
@@ -64,7 +65,10 @@ def share_limit_sums(job_queue: JobQueue, *, exclude_share_id: int | None = None
     rows = ShareCapacityLimit.objects.filter(quota_share__job_queue=job_queue)
     if exclude_share_id is not None:
         rows = rows.exclude(quota_share_id=exclude_share_id)
-    return {row["instance_type"]: row["total"] for row in rows.values("instance_type").annotate(total=Sum("max_capacity"))}
+    return {
+        row["instance_type"]: row["total"]
+        for row in rows.values("instance_type").annotate(total=Sum("max_capacity"))
+    }
 
 
 # --- quota shares ----------------------------------------------------------------------------------------
@@ -96,24 +100,37 @@ def validate_quota_share(
     if share_id is None or share.job_queue_id != job_queue.pk:
         count = QuotaShare.objects.filter(job_queue=job_queue).count()
         if count >= MAX_SHARES_PER_QUEUE:
-            _add(errors, "job_queue", f"queue {job_queue.name} already has {count} quota shares; "
-                                      f"at most {MAX_SHARES_PER_QUEUE} are allowed")
+            _add(
+                errors,
+                "job_queue",
+                f"queue {job_queue.name} already has {count} quota shares; "
+                f"at most {MAX_SHARES_PER_QUEUE} are allowed",
+            )
     if QuotaShare.objects.filter(job_queue=job_queue, name=name).exclude(pk=share_id).exists():
         _add(errors, "name", f"queue {job_queue.name} already has a quota share named {name}")
     if borrow_limit < -1:
         _add(errors, "borrow_limit", "borrow_limit is a percentage >= 0, or -1 for unlimited")
     elif borrow_limit != -1 and strategy != QuotaShare.Strategy.LEND_AND_BORROW:
-        _add(errors, "borrow_limit", f"borrow_limit applies only to LEND_AND_BORROW shares ({strategy} never "
-                                     f"borrows): leave it at -1")
+        _add(
+            errors,
+            "borrow_limit",
+            f"borrow_limit applies only to LEND_AND_BORROW shares ({strategy} never borrows): leave it at -1",
+        )
     if not 1 <= len(limits) <= MAX_SHARE_LIMITS:
-        _add(errors, "capacity_limits", f"a quota share needs 1 to {MAX_SHARE_LIMITS} capacity limits, "
-                                        f"got {len(limits)}")
+        _add(
+            errors,
+            "capacity_limits",
+            f"a quota share needs 1 to {MAX_SHARE_LIMITS} capacity limits, got {len(limits)}",
+        )
     repeated = [t for t, n in Counter(limit.instance_type.name for limit in limits).items() if n > 1]
     if repeated:
-        _add(errors, "capacity_limits", f"instance type {', '.join(sorted(repeated))} is listed more than once")
+        _add(
+            errors, "capacity_limits", f"instance type {', '.join(sorted(repeated))} is listed more than once"
+        )
     capacity = environment_capacity(job_queue)
-    others = (other_limits if other_limits is not None
-              else share_limit_sums(job_queue, exclude_share_id=share_id))
+    others = (
+        other_limits if other_limits is not None else share_limit_sums(job_queue, exclude_share_id=share_id)
+    )
     for limit in limits:
         type_ = limit.instance_type
         if limit.max_capacity < 1:
@@ -121,14 +138,20 @@ def validate_quota_share(
             continue
         available = capacity.get(type_.pk)
         if available is None:
-            _add(errors, "capacity_limits", f"{type_.name}: the environment of queue {job_queue.name} offers "
-                                            f"no {type_.name} capacity")
+            _add(
+                errors,
+                "capacity_limits",
+                f"{type_.name}: the environment of queue {job_queue.name} offers no {type_.name} capacity",
+            )
             continue
         taken = others.get(type_.pk, 0)
         if not limits_fit_capacity(taken + limit.max_capacity, available):
-            _add(errors, "capacity_limits",
-                 f"{type_.name}: limits would total {taken + limit.max_capacity} but the environment has "
-                 f"{available} (other shares hold {taken}, so at most {max(0, available - taken)} is left)")
+            _add(
+                errors,
+                "capacity_limits",
+                f"{type_.name}: limits would total {taken + limit.max_capacity} but the environment has "
+                f"{available} (other shares hold {taken}, so at most {max(0, available - taken)} is left)",
+            )
     _raise_if(errors)
 
 
@@ -145,9 +168,12 @@ def validate_environment_capacity(*, job_queue: JobQueue | None, capacities: dic
             type_, maximum = by_id.get(type_id, (None, 0))
             if not limits_fit_capacity(total, maximum):
                 name = type_.name if type_ else InstanceType.objects.get(pk=type_id).name
-                _add(errors, "capacity_limits",
-                     f"{name}: the shares of queue {job_queue.name} hold limits totalling {total}, so capacity "
-                     f"cannot be {maximum}; lower those limits first")
+                _add(
+                    errors,
+                    "capacity_limits",
+                    f"{name}: the shares of queue {job_queue.name} hold limits totalling {total}, so capacity "
+                    f"cannot be {maximum}; lower those limits first",
+                )
     _raise_if(errors)
 
 
@@ -185,8 +211,14 @@ class PreferenceInput:
     training_plan: TrainingPlan | None = None
 
 
-def most_held(*, share: QuotaShare, instance_type_id: int, capacity: dict[int, int],
-              limits_by_share: dict[int, dict[int, int]], strategies: dict[int, str]) -> tuple[int, str]:
+def most_held(
+    *,
+    share: QuotaShare,
+    instance_type_id: int,
+    capacity: dict[int, int],
+    limits_by_share: dict[int, dict[int, int]],
+    strategies: dict[int, str],
+) -> tuple[int, str]:
     """The most of a type the share could ever hold on demand (`ceilings.most_ever_held`), and why."""
     own = limits_by_share.get(share.pk, {}).get(instance_type_id, 0)
     total = capacity.get(instance_type_id, 0)
@@ -201,8 +233,9 @@ def most_held(*, share: QuotaShare, instance_type_id: int, capacity: dict[int, i
         return most, f"limit {own}, {share.strategy} cannot borrow"
     cap = ceilings.borrow_cap(own, share.borrow_limit)
     if cap is None:
-        return most, (f"limit {own} plus borrowing, and {total - lendable} of {total} are reserved by RESERVE "
-                      f"shares")
+        return most, (
+            f"limit {own} plus borrowing, and {total - lendable} of {total} are reserved by RESERVE shares"
+        )
     if cap <= lendable:
         return most, f"limit {own} plus borrow limit {share.borrow_limit}%"
     return most, f"{total - lendable} of {total} are reserved by RESERVE shares"
@@ -238,7 +271,8 @@ def validate_preferences(
     strategies = dict(QuotaShare.objects.filter(job_queue=job_queue).values_list("id", "strategy"))
     shares_of_plan: dict[int, set[int]] = {}
     for plan_id, share_id in TrainingPlan.quota_shares.through.objects.filter(
-            trainingplan__job_queue=job_queue).values_list("trainingplan_id", "quotashare_id"):
+        trainingplan__job_queue=job_queue
+    ).values_list("trainingplan_id", "quotashare_id"):
         shares_of_plan.setdefault(plan_id, set()).add(share_id)
     seen: dict[tuple[int, int | None], int] = {}
     for index, entry in enumerate(entries):
@@ -248,8 +282,12 @@ def validate_preferences(
         key = (type_.pk, plan.pk if plan else None)
         if key in seen:
             where = f"on plan {plan.name}" if plan else "on-demand"
-            _add(errors, at, f"repeats entry {seen[key]} ({type_.name} {where}); each (instance type, training "
-                             f"plan) pair may appear once")
+            _add(
+                errors,
+                at,
+                f"repeats entry {seen[key]} ({type_.name} {where}); each (instance type, training "
+                f"plan) pair may appear once",
+            )
             continue
         seen[key] = index
         if entry.instance_count < 1:
@@ -262,34 +300,63 @@ def validate_preferences(
             problem = submission.plan_entry_never_runs(
                 engine.Entry(type_.name, entry.instance_count, plan.name),
                 _engine_plan(plan, type_, shares_of_plan.get(plan.pk, ())),
-                share_id=quota_share.pk, now=now)
+                share_id=quota_share.pk,
+                now=now,
+            )
             if problem == NeverRuns.PLAN_OF_OTHER_TYPE:
-                _add(errors, f"{at}.training_plan",
-                     f"plan {plan.name} reserves {plan.instance_type.name}, not {type_.name}")
+                _add(
+                    errors,
+                    f"{at}.training_plan",
+                    f"plan {plan.name} reserves {plan.instance_type.name}, not {type_.name}",
+                )
             elif problem == NeverRuns.PLAN_ENDED:
-                _add(errors, f"{at}.training_plan", f"plan {plan.name} expired at {plan.end_time:%Y-%m-%d %H:%M} UTC")
+                _add(
+                    errors,
+                    f"{at}.training_plan",
+                    f"plan {plan.name} expired at {plan.end_time:%Y-%m-%d %H:%M} UTC",
+                )
             elif problem == NeverRuns.PLAN_CLOSED_TO_SHARE:
-                _add(errors, f"{at}.training_plan", f"plan {plan.name} is not open to share {quota_share.name}")
+                _add(
+                    errors, f"{at}.training_plan", f"plan {plan.name} is not open to share {quota_share.name}"
+                )
             elif problem == NeverRuns.ABOVE_PLAN:
-                _add(errors, f"{at}.instance_count",
-                     f"{type_.name} x{entry.instance_count} can never run on plan {plan.name}, which reserves "
-                     f"{plan.instance_count}")
+                _add(
+                    errors,
+                    f"{at}.instance_count",
+                    f"{type_.name} x{entry.instance_count} can never run on plan {plan.name}, which reserves "
+                    f"{plan.instance_count}",
+                )
             continue
         total = capacity.get(type_.pk)
-        ceiling, why = most_held(share=quota_share, instance_type_id=type_.pk, capacity=capacity,
-                                 limits_by_share=limits_by_share, strategies=strategies)
+        ceiling, why = most_held(
+            share=quota_share,
+            instance_type_id=type_.pk,
+            capacity=capacity,
+            limits_by_share=limits_by_share,
+            strategies=strategies,
+        )
         problem = submission.on_demand_entry_never_runs(
-            engine.Entry(type_.name, entry.instance_count), capacity=total, most_held=ceiling)
+            engine.Entry(type_.name, entry.instance_count), capacity=total, most_held=ceiling
+        )
         if problem == NeverRuns.TYPE_NOT_OFFERED:
-            _add(errors, f"{at}.instance_type",
-                 f"the environment of queue {job_queue.name} offers no {type_.name} capacity")
+            _add(
+                errors,
+                f"{at}.instance_type",
+                f"the environment of queue {job_queue.name} offers no {type_.name} capacity",
+            )
         elif problem == NeverRuns.ABOVE_CAPACITY:
-            _add(errors, f"{at}.instance_count",
-                 f"{type_.name} x{entry.instance_count} can never run: the environment has {total}")
+            _add(
+                errors,
+                f"{at}.instance_count",
+                f"{type_.name} x{entry.instance_count} can never run: the environment has {total}",
+            )
         elif problem == NeverRuns.ABOVE_SHARE:
-            _add(errors, f"{at}.instance_count",
-                 f"{type_.name} x{entry.instance_count} can never run: share {quota_share.name} may hold at "
-                 f"most {ceiling} ({why})")
+            _add(
+                errors,
+                f"{at}.instance_count",
+                f"{type_.name} x{entry.instance_count} can never run: share {quota_share.name} may hold at "
+                f"most {ceiling} ({why})",
+            )
     _raise_if(errors)
 
 
@@ -297,9 +364,14 @@ def _engine_plan(plan: TrainingPlan, entry_type: InstanceType, share_ids: Iterab
     """A plan as `engine.submission` reads it; its type's name is read only when it is not the entry's."""
     same_type = plan.instance_type_id == entry_type.pk
     return engine.Plan(
-        id=plan.pk, name=plan.name, instance_type=entry_type.name if same_type else plan.instance_type.name,
-        instance_count=plan.instance_count, start_time=plan.start_time, end_time=plan.end_time,
-        share_ids=frozenset(share_ids))
+        id=plan.pk,
+        name=plan.name,
+        instance_type=entry_type.name if same_type else plan.instance_type.name,
+        instance_count=plan.instance_count,
+        start_time=plan.start_time,
+        end_time=plan.end_time,
+        share_ids=frozenset(share_ids),
+    )
 
 
 MAX_PAYLOAD_DEPTH = 16
@@ -315,7 +387,9 @@ def validate_payload(payload: object) -> None:
         raise ValidationError({"payload": [problem]})
     size = len(json.dumps(payload, separators=(",", ":")).encode())
     if size > MAX_PAYLOAD_BYTES:
-        raise ValidationError({"payload": [f"payload is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}"]})
+        raise ValidationError(
+            {"payload": [f"payload is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}"]}
+        )
 
 
 def _payload_problem(payload: dict) -> str | None:

@@ -15,8 +15,14 @@ from scheduling.services import executor, history
 logger = logging.getLogger("quotaportal.scheduling")
 
 
-@shared_task(acks_late=True, autoretry_for=(OperationalError,), retry_backoff=True, max_retries=5,
-             soft_time_limit=120, time_limit=180)
+@shared_task(
+    acks_late=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=5,
+    soft_time_limit=120,
+    time_limit=180,
+)
 def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
     """One scheduling pass over one queue (safe to run twice: the pass is idempotent on a settled queue)."""
     if JobQueue.objects.filter(pk=job_queue_id).exists():
@@ -26,8 +32,11 @@ def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
         except JobQueue.DoesNotExist:  # deleted between the check above and the pass taking its row lock
             pass
         else:
-            return {"job_queue_id": job_queue_id, "admitted": len(result.admitted),
-                    "preempted": len(result.preempted)}
+            return {
+                "job_queue_id": job_queue_id,
+                "admitted": len(result.admitted),
+                "preempted": len(result.preempted),
+            }
     logger.info("pass skipped: queue %s was deleted while the pass waited in the broker", job_queue_id)
     return {"job_queue_id": job_queue_id, "skipped": "queue no longer exists"}
 
@@ -41,8 +50,14 @@ def run_all_passes() -> int:
     return len(queue_ids)
 
 
-@shared_task(acks_late=True, autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
-             soft_time_limit=60, time_limit=90)
+@shared_task(
+    acks_late=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
+    soft_time_limit=60,
+    time_limit=90,
+)
 def simulated_executor_tick() -> int:
     """Advance jobs on every enabled `simulated` environment."""
     queue_ids = JobQueue.objects.filter(

@@ -126,6 +126,7 @@ class Verdict(enum.StrEnum):
     # Only the whole queue proves the decisions.
     WHOLE_QUEUE = "whole"
 
+
 _HELD, _STUCK, _SHORT = "held", "stuck", "short"  # how a pass that preempts is given a group
 
 GroupKey = tuple[int, Hashable]  # (share id, key within the share)

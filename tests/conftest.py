@@ -24,8 +24,12 @@ def pytest_collection_modifyitems(config, items):
     if "postgresql" in engine:
         return
     if os.environ.get("QUOTAPORTAL_REQUIRE_POSTGRES"):
-        raise pytest.UsageError("QUOTAPORTAL_REQUIRE_POSTGRES is set but DATABASE_URL does not point at PostgreSQL")
-    skip = pytest.mark.skip(reason="needs PostgreSQL (row locks, concurrent passes): set DATABASE_URL=postgres://...")
+        raise pytest.UsageError(
+            "QUOTAPORTAL_REQUIRE_POSTGRES is set but DATABASE_URL does not point at PostgreSQL"
+        )
+    skip = pytest.mark.skip(
+        reason="needs PostgreSQL (row locks, concurrent passes): set DATABASE_URL=postgres://..."
+    )
     for item in items:
         if "postgres" in item.keywords:
             item.add_marker(skip)

@@ -92,8 +92,10 @@ def environment_with(queue: JobQueue, capacities: dict[str, int]) -> dict[str, I
     for name, maximum in capacities.items():
         types[name] = InstanceTypeFactory(name=name)
         EnvironmentCapacity.objects.update_or_create(
-            service_environment=queue.service_environment, instance_type=types[name],
-            defaults={"max_capacity": maximum})
+            service_environment=queue.service_environment,
+            instance_type=types[name],
+            defaults={"max_capacity": maximum},
+        )
     return types
 
 
@@ -101,26 +103,57 @@ def share_with(queue: JobQueue, name: str, limits: dict[str, int], **fields) -> 
     share = QuotaShareFactory(job_queue=queue, name=name, **fields)
     for type_name, maximum in limits.items():
         ShareCapacityLimit.objects.create(
-            quota_share=share, instance_type=InstanceTypeFactory(name=type_name), max_capacity=maximum)
+            quota_share=share, instance_type=InstanceTypeFactory(name=type_name), max_capacity=maximum
+        )
     return share
 
 
-def plan_for(queue: JobQueue, name: str, type_name: str, count: int, *, starts_in=timedelta(days=-1),
-             lasts=timedelta(days=10), shares=()) -> TrainingPlan:
+def plan_for(
+    queue: JobQueue,
+    name: str,
+    type_name: str,
+    count: int,
+    *,
+    starts_in=timedelta(days=-1),
+    lasts=timedelta(days=10),
+    shares=(),
+) -> TrainingPlan:
     start = timezone.now() + starts_in
-    plan = TrainingPlan.objects.create(name=name, job_queue=queue, instance_type=InstanceTypeFactory(name=type_name),
-                                       instance_count=count, start_time=start, end_time=start + lasts)
+    plan = TrainingPlan.objects.create(
+        name=name,
+        job_queue=queue,
+        instance_type=InstanceTypeFactory(name=type_name),
+        instance_count=count,
+        start_time=start,
+        end_time=start + lasts,
+    )
     plan.quota_shares.set(shares)
     return plan
 
 
-def job_in(share: QuotaShare, entries: list[tuple[str, int] | tuple[str, int, TrainingPlan | None]], *,
-           user=None, **fields) -> Job:
+def job_in(
+    share: QuotaShare,
+    entries: list[tuple[str, int] | tuple[str, int, TrainingPlan | None]],
+    *,
+    user=None,
+    **fields,
+) -> Job:
     """A RUNNABLE job written straight to the database (submission rules are tested through job_submit)."""
-    job = Job.objects.create(name=fields.pop("name", "job"), job_queue=share.job_queue, quota_share=share,
-                             team=share.team, submitted_by=user, **fields)
+    job = Job.objects.create(
+        name=fields.pop("name", "job"),
+        job_queue=share.job_queue,
+        quota_share=share,
+        team=share.team,
+        submitted_by=user,
+        **fields,
+    )
     for position, entry in enumerate(entries):
         type_name, count, plan = (*entry, None)[:3]
-        JobPreference.objects.create(job=job, position=position, instance_type=InstanceTypeFactory(name=type_name),
-                                     instance_count=count, training_plan=plan)
+        JobPreference.objects.create(
+            job=job,
+            position=position,
+            instance_type=InstanceTypeFactory(name=type_name),
+            instance_count=count,
+            training_plan=plan,
+        )
     return job

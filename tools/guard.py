@@ -24,9 +24,11 @@ def scratch_database_problem(settings_dict: dict) -> str | None:
         return None
     if os.environ.get("QUOTAPORTAL_SCRATCH_DATABASE") == label:
         return None
-    return (f"database {label!r} is not clearly a scratch one: this tool creates and deletes users, teams and "
-            f"queues. Point DATABASE_URL at a database whose name says test, scratch, soak or bench, or set "
-            f"QUOTAPORTAL_SCRATCH_DATABASE={label} to say that this one may be written")
+    return (
+        f"database {label!r} is not clearly a scratch one: this tool creates and deletes users, teams and "
+        f"queues. Point DATABASE_URL at a database whose name says test, scratch, soak or bench, or set "
+        f"QUOTAPORTAL_SCRATCH_DATABASE={label} to say that this one may be written"
+    )
 
 
 def require_scratch_database() -> None:

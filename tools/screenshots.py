@@ -77,8 +77,13 @@ def main() -> int:
         )
         try:
             wait_for(f"http://127.0.0.1:{port}/accounts/login/")
-            photograph(f"http://127.0.0.1:{port}", Path(args.out), everything=args.all, only=args.only,
-                       whatif_id=whatif_id)
+            photograph(
+                f"http://127.0.0.1:{port}",
+                Path(args.out),
+                everything=args.all,
+                only=args.only,
+                whatif_id=whatif_id,
+            )
         finally:
             server.terminate()
             server.wait(timeout=10)
@@ -178,8 +183,9 @@ def whatif_demo(*, minutes: int) -> int:
         proposal.append(
             services.ShareProposal(
                 name=share.name,
-                limits={limit.instance_type.name: limit.max_capacity
-                        for limit in share.capacity_limits.all()},
+                limits={
+                    limit.instance_type.name: limit.max_capacity for limit in share.capacity_limits.all()
+                },
                 strategy={"nlp": "LEND", "speech": "LEND_AND_BORROW"}.get(share.name, share.strategy),
                 borrow_limit=share.borrow_limit,
                 in_share_preemption=share.in_share_preemption,
@@ -275,8 +281,11 @@ def photograph(
             page.goto(f"{base}/manage/whatif/{whatif_id}/")
             shoot(page, "whatif")
         if everything:
-            waiting = (Job.objects.filter(status="RUNNABLE", pending__queue_position=1).order_by("id").first()
-                       if wanted("job") else None)
+            waiting = (
+                Job.objects.filter(status="RUNNABLE", pending__queue_position=1).order_by("id").first()
+                if wanted("job")
+                else None
+            )
             extra = {
                 "job": f"/jobs/{waiting.pk}/" if waiting else "/jobs/",
                 "jobs": "/jobs/",
@@ -306,6 +315,7 @@ def photograph(
         browser.close()
     for name in names:
         print(out / f"{name}.png")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,6 +17,7 @@ from simulator.runner import Replay
 
 CHART_SLICES = 240
 
+
 def mean_gpus_per_slice(
     series: Sequence[tuple[float, Sequence[float], Sequence[float]]], *, start: float, end: float, slices: int
 ) -> tuple[list[float], list[list[float]]]:
@@ -51,8 +52,9 @@ def chart_svgs(replays: Sequence[Replay], *, credit: str = "") -> dict[str, str]
     for replay in replays:
         result = replay.result
         config = result.configuration
-        times, used = mean_gpus_per_slice(result.meter.series, start=result.start, end=result.end,
-                                          slices=CHART_SLICES)
+        times, used = mean_gpus_per_slice(
+            result.meter.series, start=result.start, end=result.end, slices=CHART_SLICES
+        )
         charts[f"utilization_{config.name}"] = utilization_svg(
             title=f"GPUs in use per share - {config.name}",
             times=times,

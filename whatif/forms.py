@@ -20,8 +20,9 @@ STRATEGY_CHOICES = [(value, value) for value in QuotaShare.Strategy.values]
 class WhatIfQueueForm(forms.Form):
     """Which queue the what-if editor shows (a GET form: choosing a queue changes nothing)."""
 
-    job_queue = forms.ModelChoiceField(queryset=JobQueue.objects.order_by("name"), empty_label=None,
-                                       label="Queue")
+    job_queue = forms.ModelChoiceField(
+        queryset=JobQueue.objects.order_by("name"), empty_label=None, label="Queue"
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -48,9 +49,16 @@ class WhatIfForm(forms.Form):
     )
     error_groups = ("capacity_limits",)
 
-    def __init__(self, *args, job_queue: JobQueue, shares: list[QuotaShare],
-                 instance_types: list[InstanceType], capacity: dict[int, int],
-                 base: WhatIfRun | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        job_queue: JobQueue,
+        shares: list[QuotaShare],
+        instance_types: list[InstanceType],
+        capacity: dict[int, int],
+        base: WhatIfRun | None = None,
+        **kwargs,
+    ):
         """`base`: a run of this queue whose proposal prefills the shares it names (to edit and run again)."""
         kwargs.setdefault("initial", {}).setdefault("job_queue", job_queue.pk)
         super().__init__(*args, **kwargs)
@@ -63,28 +71,41 @@ class WhatIfForm(forms.Form):
         self.share_errors: dict[int, list[str]] = {share.pk: [] for share in shares}
         for share in shares:
             values = {
-                "strategy": share.strategy, "borrow_limit": share.borrow_limit,
+                "strategy": share.strategy,
+                "borrow_limit": share.borrow_limit,
                 "in_share_preemption": share.in_share_preemption,
-                "limits": {limit.instance_type_id: limit.max_capacity
-                           for limit in share.capacity_limits.all()},
+                "limits": {
+                    limit.instance_type_id: limit.max_capacity for limit in share.capacity_limits.all()
+                },
             }
             if share.name in proposed:
                 item = proposed[share.name]
                 values.update({key: item[key] for key in ("strategy", "borrow_limit", "in_share_preemption")})
-                values["limits"] = {t.pk: item["limits"][t.name]
-                                    for t in instance_types if t.name in item["limits"]}
+                values["limits"] = {
+                    t.pk: item["limits"][t.name] for t in instance_types if t.name in item["limits"]
+                }
             prefix = self.share_prefix(share)
             self.fields[f"{prefix}strategy"] = forms.ChoiceField(
-                choices=STRATEGY_CHOICES, initial=values["strategy"], label="Strategy")
+                choices=STRATEGY_CHOICES, initial=values["strategy"], label="Strategy"
+            )
             self.fields[f"{prefix}borrow_limit"] = forms.IntegerField(
-                min_value=-1, max_value=MAX_STORED_INT, initial=values["borrow_limit"],
-                label="Borrow limit %", help_text="-1: unlimited")
+                min_value=-1,
+                max_value=MAX_STORED_INT,
+                initial=values["borrow_limit"],
+                label="Borrow limit %",
+                help_text="-1: unlimited",
+            )
             self.fields[f"{prefix}in_share_preemption"] = forms.BooleanField(
-                required=False, initial=values["in_share_preemption"], label="In-share preemption")
+                required=False, initial=values["in_share_preemption"], label="In-share preemption"
+            )
             for type_ in instance_types:
                 self.fields[f"{prefix}limit_{type_.pk}"] = forms.IntegerField(
-                    required=False, min_value=1, max_value=MAX_STORED_INT,
-                    initial=values["limits"].get(type_.pk), label=type_.name)
+                    required=False,
+                    min_value=1,
+                    max_value=MAX_STORED_INT,
+                    initial=values["limits"].get(type_.pk),
+                    label=type_.name,
+                )
 
     def capacity_row(self) -> list[int]:
         return [self.capacity.get(type_.pk, 0) for type_ in self.instance_types]
@@ -98,14 +119,16 @@ class WhatIfForm(forms.Form):
         rows = []
         for share in self.shares:
             prefix = self.share_prefix(share)
-            rows.append({
-                "share": share,
-                "strategy": self[f"{prefix}strategy"],
-                "borrow_limit": self[f"{prefix}borrow_limit"],
-                "in_share_preemption": self[f"{prefix}in_share_preemption"],
-                "limits": [self[f"{prefix}limit_{type_.pk}"] for type_ in self.instance_types],
-                "errors": self.share_errors[share.pk],
-            })
+            rows.append(
+                {
+                    "share": share,
+                    "strategy": self[f"{prefix}strategy"],
+                    "borrow_limit": self[f"{prefix}borrow_limit"],
+                    "in_share_preemption": self[f"{prefix}in_share_preemption"],
+                    "limits": [self[f"{prefix}limit_{type_.pk}"] for type_ in self.instance_types],
+                    "errors": self.share_errors[share.pk],
+                }
+            )
         return rows
 
     def proposal(self) -> list[services.ShareProposal]:
@@ -113,17 +136,19 @@ class WhatIfForm(forms.Form):
         proposals = []
         for share in self.shares:
             prefix = self.share_prefix(share)
-            proposals.append(services.ShareProposal(
-                name=share.name,
-                limits={
-                    type_.name: data[f"{prefix}limit_{type_.pk}"]
-                    for type_ in self.instance_types
-                    if data.get(f"{prefix}limit_{type_.pk}") is not None
-                },
-                strategy=data[f"{prefix}strategy"],
-                borrow_limit=data[f"{prefix}borrow_limit"],
-                in_share_preemption=data[f"{prefix}in_share_preemption"],
-            ))
+            proposals.append(
+                services.ShareProposal(
+                    name=share.name,
+                    limits={
+                        type_.name: data[f"{prefix}limit_{type_.pk}"]
+                        for type_ in self.instance_types
+                        if data.get(f"{prefix}limit_{type_.pk}") is not None
+                    },
+                    strategy=data[f"{prefix}strategy"],
+                    borrow_limit=data[f"{prefix}borrow_limit"],
+                    in_share_preemption=data[f"{prefix}in_share_preemption"],
+                )
+            )
         return proposals
 
     def add_service_errors(self, exc: ValidationError) -> None:

@@ -23,8 +23,9 @@ class WhatIfRun(models.Model):
         FAILED = "FAILED"
 
     job_queue = models.ForeignKey("scheduling.JobQueue", on_delete=models.CASCADE, related_name="whatif_runs")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     source = models.CharField(max_length=16, choices=Source.choices)
     window_start = models.DateTimeField()
@@ -48,19 +49,24 @@ class WhatIfRun(models.Model):
     charts = models.JSONField(default=dict, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
-    applied_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+")
+    applied_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         # The table keeps the name it had when the model lived in the scheduling app.
         db_table = "scheduling_whatifrun"
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.CheckConstraint(condition=Q(progress__gte=0, progress__lte=1), name="whatif_progress_range"),
-            models.CheckConstraint(condition=Q(window_end__gt=models.F("window_start")),
-                                   name="whatif_window_ends_after_start"),
-            models.CheckConstraint(condition=Q(status__in=["QUEUED", "RUNNING", "DONE", "FAILED"]),
-                                   name="whatif_status_valid"),
+            models.CheckConstraint(
+                condition=Q(progress__gte=0, progress__lte=1), name="whatif_progress_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(window_end__gt=models.F("window_start")), name="whatif_window_ends_after_start"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["QUEUED", "RUNNING", "DONE", "FAILED"]), name="whatif_status_valid"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -14,25 +14,34 @@ from whatif.models import WhatIfRun
 def whatif_editor(*, job_queue: JobQueue) -> tuple[list[QuotaShare], list[InstanceType], dict[int, int]]:
     """The queue's shares (team, limits) in the order a replay lists them, the environment's instance types,
     and its capacity by type id. 3 queries."""
-    shares = list(QuotaShare.objects.filter(job_queue=job_queue).select_related("team")
-                  .prefetch_related("capacity_limits").order_by("id"))
-    capacity = {row.instance_type_id: row.max_capacity for row in EnvironmentCapacity.objects.filter(
-        service_environment_id=job_queue.service_environment_id).select_related("instance_type")
-        .order_by("instance_type__name")}
+    shares = list(
+        QuotaShare.objects.filter(job_queue=job_queue)
+        .select_related("team")
+        .prefetch_related("capacity_limits")
+        .order_by("id")
+    )
+    capacity = {
+        row.instance_type_id: row.max_capacity
+        for row in EnvironmentCapacity.objects.filter(service_environment_id=job_queue.service_environment_id)
+        .select_related("instance_type")
+        .order_by("instance_type__name")
+    }
     types = list(InstanceType.objects.filter(pk__in=capacity).order_by("name"))
     return shares, types, capacity
 
 
 def whatif_runs(*, limit: int = 20) -> list[WhatIfRun]:
     """The latest runs, without their configurations, results or charts. 1 query."""
-    return list(WhatIfRun.objects.select_related("job_queue", "created_by")
-                .defer("baseline", "proposal", "result", "charts").order_by("-created_at", "-id")[:limit])
+    return list(
+        WhatIfRun.objects.select_related("job_queue", "created_by")
+        .defer("baseline", "proposal", "result", "charts")
+        .order_by("-created_at", "-id")[:limit]
+    )
 
 
 def whatif_run(*, run_id: int) -> WhatIfRun | None:
     """1 query."""
-    return (WhatIfRun.objects.select_related("job_queue", "created_by", "applied_by")
-            .filter(pk=run_id).first())
+    return WhatIfRun.objects.select_related("job_queue", "created_by", "applied_by").filter(pk=run_id).first()
 
 
 def whatif_changes_since(*, run: WhatIfRun) -> list[str]:
@@ -76,14 +85,24 @@ def whatif_proposal_rows(*, run: WhatIfRun, teams: dict[str, str]) -> list[Share
     rows = []
     for share in run.baseline["shares"]:
         new = {**share, **proposed.get(share["name"], {})}
-        rows.append(ShareProposalRow(name=share["name"], team=teams.get(share["name"], ""), fields=[
-            ProposalField("Limits", _limits_text(share["limits"]), _limits_text(new["limits"])),
-            ProposalField("Strategy", share["strategy"], new["strategy"]),
-            ProposalField("Borrow limit", _borrow_text(share["borrow_limit"]),
-                          _borrow_text(new["borrow_limit"])),
-            ProposalField("In-share preemption", "on" if share["in_share_preemption"] else "off",
-                          "on" if new["in_share_preemption"] else "off"),
-        ]))
+        rows.append(
+            ShareProposalRow(
+                name=share["name"],
+                team=teams.get(share["name"], ""),
+                fields=[
+                    ProposalField("Limits", _limits_text(share["limits"]), _limits_text(new["limits"])),
+                    ProposalField("Strategy", share["strategy"], new["strategy"]),
+                    ProposalField(
+                        "Borrow limit", _borrow_text(share["borrow_limit"]), _borrow_text(new["borrow_limit"])
+                    ),
+                    ProposalField(
+                        "In-share preemption",
+                        "on" if share["in_share_preemption"] else "off",
+                        "on" if new["in_share_preemption"] else "off",
+                    ),
+                ],
+            )
+        )
     return rows
 
 
@@ -102,16 +121,29 @@ _WHATIF_METRICS = (
     ("Jobs completed", lambda m, overall: m["jobs"]["completed"], 1, number, lambda d: f"{d:+,.0f}"),
     ("Never started", lambda m, overall: m["jobs"]["never_started"], -1, number, lambda d: f"{d:+,.0f}"),
     ("GPU-h used", lambda m, overall: m["gpu_hours"]["used"], 1, _gpu_hours, lambda d: f"{d:+,.1f}"),
-    ("Utilization",
-     lambda m, overall: m["utilization"]["of_environment" if overall else "of_limits_with_borrowing"],
-     1, percent, lambda d: f"{100 * d:+.0f} pts"),
-    ("GPU-h borrowed", lambda m, overall: m["gpu_hours"]["borrowed"], 0, _gpu_hours,
-     lambda d: f"{d:+,.1f}"),
+    (
+        "Utilization",
+        lambda m, overall: m["utilization"]["of_environment" if overall else "of_limits_with_borrowing"],
+        1,
+        percent,
+        lambda d: f"{100 * d:+.0f} pts",
+    ),
+    ("GPU-h borrowed", lambda m, overall: m["gpu_hours"]["borrowed"], 0, _gpu_hours, lambda d: f"{d:+,.1f}"),
     ("GPU-h lent", lambda m, overall: m["gpu_hours"]["lent"], 0, _gpu_hours, lambda d: f"{d:+,.1f}"),
-    ("Wait p50", lambda m, overall: m["wait_seconds"]["p50"], -1, duration,
-     lambda d: ("+" if d > 0 else "−") + duration(abs(d))),
-    ("Wait p95", lambda m, overall: m["wait_seconds"]["p95"], -1, duration,
-     lambda d: ("+" if d > 0 else "−") + duration(abs(d))),
+    (
+        "Wait p50",
+        lambda m, overall: m["wait_seconds"]["p50"],
+        -1,
+        duration,
+        lambda d: ("+" if d > 0 else "−") + duration(abs(d)),
+    ),
+    (
+        "Wait p95",
+        lambda m, overall: m["wait_seconds"]["p95"],
+        -1,
+        duration,
+        lambda d: ("+" if d > 0 else "−") + duration(abs(d)),
+    ),
     ("Preemptions", lambda m, overall: m["preemptions"], -1, number, lambda d: f"{d:+,.0f}"),
 )
 
@@ -156,8 +188,18 @@ def _policy(share: dict) -> str:
 def whatif_comparison(*, run: WhatIfRun, teams: dict[str, str]) -> list[ShareComparison]:
     """A DONE run's metrics side by side: all shares first, then each share in the queue's order."""
     current, proposed = run.result["current"], run.result["proposed"]
-    cards = [ShareComparison("All shares", "", "", "", [
-        _metric_row(*metric, current["overall"], proposed["overall"], True) for metric in _WHATIF_METRICS])]
+    cards = [
+        ShareComparison(
+            "All shares",
+            "",
+            "",
+            "",
+            [
+                _metric_row(*metric, current["overall"], proposed["overall"], True)
+                for metric in _WHATIF_METRICS
+            ],
+        )
+    ]
     policies = {share["name"]: share for share in run.baseline["shares"]}
     new_policies = {**policies}
     for item in run.proposal:
@@ -165,7 +207,13 @@ def whatif_comparison(*, run: WhatIfRun, teams: dict[str, str]) -> list[ShareCom
     proposed_by_name = {item["share"]: item for item in proposed["shares"]}
     for item in current["shares"]:
         name = item["share"]
-        cards.append(ShareComparison(
-            name, teams.get(name, ""), _policy(policies[name]), _policy(new_policies[name]),
-            [_metric_row(*metric, item, proposed_by_name[name], False) for metric in _WHATIF_METRICS]))
+        cards.append(
+            ShareComparison(
+                name,
+                teams.get(name, ""),
+                _policy(policies[name]),
+                _policy(new_policies[name]),
+                [_metric_row(*metric, item, proposed_by_name[name], False) for metric in _WHATIF_METRICS],
+            )
+        )
     return cards

@@ -59,12 +59,22 @@ class ShareProposal:
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ShareProposal:
-        return cls(name=data["name"], limits=dict(data["limits"]), strategy=data["strategy"],
-                   borrow_limit=data["borrow_limit"], in_share_preemption=data["in_share_preemption"])
+        return cls(
+            name=data["name"],
+            limits=dict(data["limits"]),
+            strategy=data["strategy"],
+            borrow_limit=data["borrow_limit"],
+            in_share_preemption=data["in_share_preemption"],
+        )
 
     def as_mapping(self) -> dict[str, Any]:
-        return {"name": self.name, "limits": dict(sorted(self.limits.items())), "strategy": self.strategy,
-                "borrow_limit": self.borrow_limit, "in_share_preemption": self.in_share_preemption}
+        return {
+            "name": self.name,
+            "limits": dict(sorted(self.limits.items())),
+            "strategy": self.strategy,
+            "borrow_limit": self.borrow_limit,
+            "in_share_preemption": self.in_share_preemption,
+        }
 
 
 class WhatIfStopped(Exception):
@@ -76,8 +86,9 @@ def whatif_share_key(share_name: str, field_name: str) -> str:
     return f"shares[{share_name}].{field_name}"
 
 
-def _whatif_proposal_errors(*, job_queue: JobQueue, baseline: dict[str, Any],
-                            proposal: Sequence[ShareProposal]) -> tuple[list[ShareProposal], rules.Errors]:
+def _whatif_proposal_errors(
+    *, job_queue: JobQueue, baseline: dict[str, Any], proposal: Sequence[ShareProposal]
+) -> tuple[list[ShareProposal], rules.Errors]:
     """The whole proposal, one entry per share in the baseline's order (a share left out keeps its values),
     and what is wrong with it. Each share is checked by the rules of a share change, against the others'
     proposed limits: what passes here, `whatif_apply` can apply."""
@@ -87,7 +98,8 @@ def _whatif_proposal_errors(*, job_queue: JobQueue, baseline: dict[str, Any],
     for item in proposal:
         if item.name not in current:
             errors.setdefault("__all__", []).append(
-                f"queue {job_queue.name} has no quota share named {item.name}")
+                f"queue {job_queue.name} has no quota share named {item.name}"
+            )
         elif item.name in given:
             errors.setdefault("__all__", []).append(f"share {item.name} is proposed twice")
         else:
@@ -100,10 +112,12 @@ def _whatif_proposal_errors(*, job_queue: JobQueue, baseline: dict[str, Any],
         unknown = sorted(set(share.limits) - set(types))
         if unknown:
             errors.setdefault(whatif_share_key(share.name, "capacity_limits"), []).append(
-                f"share {share.name}: no instance type named {', '.join(unknown)}")
+                f"share {share.name}: no instance type named {', '.join(unknown)}"
+            )
         if share.strategy not in QuotaShare.Strategy.values:
             errors.setdefault(whatif_share_key(share.name, "strategy"), []).append(
-                f"share {share.name}: strategy must be one of {', '.join(QuotaShare.Strategy.values)}")
+                f"share {share.name}: strategy must be one of {', '.join(QuotaShare.Strategy.values)}"
+            )
         limits[share.name] = [rules.LimitInput(types[t], n) for t, n in share.limits.items() if t in types]
     totals: dict[int, int] = {}
     for inputs in limits.values():
@@ -115,28 +129,35 @@ def _whatif_proposal_errors(*, job_queue: JobQueue, baseline: dict[str, Any],
         own = {limit.instance_type.pk: limit.max_capacity for limit in limits[share.name]}
         try:
             rules.validate_quota_share(
-                share=rows[share.name], job_queue=job_queue, name=share.name, strategy=share.strategy,
-                borrow_limit=share.borrow_limit, limits=limits[share.name],
+                share=rows[share.name],
+                job_queue=job_queue,
+                name=share.name,
+                strategy=share.strategy,
+                borrow_limit=share.borrow_limit,
+                limits=limits[share.name],
                 other_limits={type_id: total - own.get(type_id, 0) for type_id, total in totals.items()},
             )
         except ValidationError as exc:
             for key, messages in exc.message_dict.items():
                 errors.setdefault(whatif_share_key(share.name, key), []).extend(
-                    f"share {share.name}: {message}" for message in messages)
+                    f"share {share.name}: {message}" for message in messages
+                )
     if not errors and shares == list(current.values()):
         errors["__all__"] = ["the proposal is the queue's configuration as it is: change at least one share"]
     return shares, errors
 
 
-def _whatif_window_errors(*, job_queue: JobQueue, source: str, start, days: float | None,
-                          now) -> tuple[Any, rules.Errors]:
+def _whatif_window_errors(
+    *, job_queue: JobQueue, source: str, start, days: float | None, now
+) -> tuple[Any, rules.Errors]:
     """The window's end (cut at `now` for history) and what is wrong with the source and window."""
     errors: rules.Errors = {}
     if source not in WhatIfRun.Source.values:
         errors["source"] = [f"source must be one of {', '.join(WhatIfRun.Source.values)}"]
     if days is None or not WHATIF_MIN_DAYS <= days <= WHATIF_MAX_DAYS:
-        errors["days"] = [f"a window lasts from one hour ({WHATIF_MIN_DAYS:.2f} days) to "
-                          f"{WHATIF_MAX_DAYS:g} days"]
+        errors["days"] = [
+            f"a window lasts from one hour ({WHATIF_MIN_DAYS:.2f} days) to {WHATIF_MAX_DAYS:g} days"
+        ]
     if start is None or timezone.is_naive(start):
         errors["start"] = ["give the window's start as a date and time in UTC"]
     if errors:
@@ -148,25 +169,36 @@ def _whatif_window_errors(*, job_queue: JobQueue, source: str, start, days: floa
             return None, errors
         end = min(end, now)
         if not Job.objects.filter(job_queue=job_queue, created_at__gte=start, created_at__lt=end).exists():
-            errors["start"] = [f"queue {job_queue.name} has no jobs submitted between "
-                               f"{start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC: choose a window "
-                               f"with recorded jobs"]
+            errors["start"] = [
+                f"queue {job_queue.name} has no jobs submitted between "
+                f"{start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC: choose a window "
+                f"with recorded jobs"
+            ]
         return end, errors
     trace = replay_sources.philly_trace()
     if not trace.exists() or not replay_sources.philly_vc_file(trace).exists():
-        errors["source"] = [f"the Philly trace is not installed: no {trace} with philly_vc.csv beside it "
-                            f"(set REPLAY_TRACE)"]
+        errors["source"] = [
+            f"the Philly trace is not installed: no {trace} with philly_vc.csv beside it (set REPLAY_TRACE)"
+        ]
         return None, errors
     first, last = replay_sources.philly_trace_span(trace)
     if end <= first or start > last:
-        errors["start"] = [f"the Philly trace covers {first:%Y-%m-%d} .. {last:%Y-%m-%d}: choose a window "
-                           f"inside it"]
+        errors["start"] = [
+            f"the Philly trace covers {first:%Y-%m-%d} .. {last:%Y-%m-%d}: choose a window inside it"
+        ]
     return end, errors
 
 
 @transaction.atomic
-def whatif_run_start(*, job_queue: JobQueue, proposal: Sequence[ShareProposal], source: str, start,
-                     days: float | None, actor: AbstractBaseUser | None) -> WhatIfRun:
+def whatif_run_start(
+    *,
+    job_queue: JobQueue,
+    proposal: Sequence[ShareProposal],
+    source: str,
+    start,
+    days: float | None,
+    actor: AbstractBaseUser | None,
+) -> WhatIfRun:
     """Check a what-if whole and queue it; its task is enqueued once the transaction commits.
 
     Raises one ValidationError naming every field at fault: `shares[<name>].<field>` for a share's proposed
@@ -182,15 +214,22 @@ def whatif_run_start(*, job_queue: JobQueue, proposal: Sequence[ShareProposal], 
     baseline = replay_sources.configuration_mapping(live)
     baseline["name"] = "current"
     shares, errors = _whatif_proposal_errors(job_queue=job_queue, baseline=baseline, proposal=proposal)
-    end, window_errors = _whatif_window_errors(job_queue=job_queue, source=source, start=start, days=days,
-                                               now=now)
+    end, window_errors = _whatif_window_errors(
+        job_queue=job_queue, source=source, start=start, days=days, now=now
+    )
     for key, messages in window_errors.items():
         errors.setdefault(key, []).extend(messages)
     if errors:
         raise ValidationError(errors)
     run = WhatIfRun.objects.create(
-        job_queue=job_queue, created_by=actor if getattr(actor, "pk", None) else None, created_at=now,
-        source=source, window_start=start, window_days=days, window_end=end, baseline=baseline,
+        job_queue=job_queue,
+        created_by=actor if getattr(actor, "pk", None) else None,
+        created_at=now,
+        source=source,
+        window_start=start,
+        window_days=days,
+        window_end=end,
+        baseline=baseline,
         proposal=[share.as_mapping() for share in shares],
     )
     _whatif_enqueue(run.pk)
@@ -206,8 +245,10 @@ def _whatif_enqueue(run_id: int) -> None:
         except Exception as exc:  # kombu.exceptions.OperationalError, or whatever the transport raises
             logger.warning("what-if %s not enqueued: the broker is unavailable (%s)", run_id, exc)
             WhatIfRun.objects.filter(pk=run_id, status=WhatIfRun.Status.QUEUED).update(
-                status=WhatIfRun.Status.FAILED, finished_at=timezone.now(),
-                error=f"the task queue is unavailable ({exc}); start the what-if again")
+                status=WhatIfRun.Status.FAILED,
+                finished_at=timezone.now(),
+                error=f"the task queue is unavailable ({exc}); start the what-if again",
+            )
 
     transaction.on_commit(enqueue)
 
@@ -234,37 +275,49 @@ class _WhatIfProgress:
     def report(self, fraction: float) -> None:
         now = time.monotonic()
         if now > self.deadline:
-            raise WhatIfStopped(f"the replay took longer than {settings.WHATIF_TIME_LIMIT_SECONDS} s "
-                                f"(WHATIF_TIME_LIMIT_SECONDS) and was stopped: choose a shorter window")
+            raise WhatIfStopped(
+                f"the replay took longer than {settings.WHATIF_TIME_LIMIT_SECONDS} s "
+                f"(WHATIF_TIME_LIMIT_SECONDS) and was stopped: choose a shorter window"
+            )
         if now - self.written < WHATIF_PROGRESS_EVERY_SECONDS:
             return
         self.written = now
         # 1.0 is written with the result: a run at 100% is a run with something to show.
         WhatIfRun.objects.filter(pk=self.run_id, status=WhatIfRun.Status.RUNNING).update(
-            progress=min(max(fraction, 0.0), 0.99), heartbeat_at=timezone.now())
+            progress=min(max(fraction, 0.0), 0.99), heartbeat_at=timezone.now()
+        )
 
 
 def _whatif_replays(run: WhatIfRun, progress: _WhatIfProgress):
-    current = configuration_from_mapping(run.baseline, default_name="current", bases={},
-                                         where=f"queue {run.job_queue.name} as it was")
-    proposed = configuration_from_mapping(whatif_proposed_configuration(run), default_name="proposed",
-                                          bases={}, where="the proposal")
+    current = configuration_from_mapping(
+        run.baseline, default_name="current", bases={}, where=f"queue {run.job_queue.name} as it was"
+    )
+    proposed = configuration_from_mapping(
+        whatif_proposed_configuration(run), default_name="proposed", bases={}, where="the proposal"
+    )
     if run.source == WhatIfRun.Source.HISTORY:
         jobs = replay_sources.history_jobs(queue=run.job_queue, start=run.window_start, end=run.window_end)
         jobs_for = lambda config: jobs  # noqa: E731 - the same recorded jobs for both configurations
         credit = ""
     else:
-        window = replay_sources.read_philly_window(replay_sources.philly_trace(), start=run.window_start,
-                                                   end=run.window_end)
+        window = replay_sources.read_philly_window(
+            replay_sources.philly_trace(), start=run.window_start, end=run.window_end
+        )
         if not window.rows:
-            raise ValueError(f"the Philly trace has no jobs submitted between "
-                             f"{run.window_start:%Y-%m-%d %H:%M} and {run.window_end:%Y-%m-%d %H:%M} UTC")
+            raise ValueError(
+                f"the Philly trace has no jobs submitted between "
+                f"{run.window_start:%Y-%m-%d %H:%M} and {run.window_end:%Y-%m-%d %H:%M} UTC"
+            )
         jobs_for = lambda config: replay_sources.philly_jobs_for_queue(window, config)  # noqa: E731
         credit = PHILLY_CREDIT
     halves = {"current": (0.0, 0.5), "proposed": (0.5, 1.0)}
     replays = replay_configurations(
-        [current, proposed], jobs_for, start=run.window_start.timestamp(), end=run.window_end.timestamp(),
-        progress=lambda name: progress.part(*halves[name]), pass_interval=WHATIF_PASS_INTERVAL_SECONDS,
+        [current, proposed],
+        jobs_for,
+        start=run.window_start.timestamp(),
+        end=run.window_end.timestamp(),
+        progress=lambda name: progress.part(*halves[name]),
+        pass_interval=WHATIF_PASS_INTERVAL_SECONDS,
     )
     return replays, credit
 
@@ -284,9 +337,11 @@ def whatif_run_execute(*, run_id: int) -> WhatIfRun | None:
     """
     now = timezone.now()
     claimable = models.Q(status=WhatIfRun.Status.QUEUED) | models.Q(
-        status=WhatIfRun.Status.RUNNING, heartbeat_at__lt=now - WHATIF_HEARTBEAT_TIMEOUT)
+        status=WhatIfRun.Status.RUNNING, heartbeat_at__lt=now - WHATIF_HEARTBEAT_TIMEOUT
+    )
     claimed = WhatIfRun.objects.filter(claimable, pk=run_id).update(
-        status=WhatIfRun.Status.RUNNING, progress=0, heartbeat_at=now, error="")
+        status=WhatIfRun.Status.RUNNING, progress=0, heartbeat_at=now, error=""
+    )
     if not claimed:
         return None
     run = WhatIfRun.objects.select_related("job_queue").get(pk=run_id)
@@ -295,22 +350,34 @@ def whatif_run_execute(*, run_id: int) -> WhatIfRun | None:
         replays, credit = _whatif_replays(run, _WhatIfProgress(run_id))
         charts = whatif_charts.chart_svgs(replays, credit=credit)
         current, proposed = (_whatif_metrics(replay.metrics) for replay in replays)
-        outcome = {"status": WhatIfRun.Status.DONE, "progress": 1.0, "error": "", "charts": charts,
-                   "result": {"current": current, "proposed": proposed, "credit": credit}}
+        outcome = {
+            "status": WhatIfRun.Status.DONE,
+            "progress": 1.0,
+            "error": "",
+            "charts": charts,
+            "result": {"current": current, "proposed": proposed, "credit": credit},
+        }
     except (ConfigurationError, TraceError, InvariantViolation, WhatIfStopped, ValueError, OSError) as exc:
         outcome = {"status": WhatIfRun.Status.FAILED, "error": str(exc), "result": {}, "charts": {}}
     except Exception as exc:
         logger.exception("what-if %s failed", run_id)
-        outcome = {"status": WhatIfRun.Status.FAILED, "result": {}, "charts": {},
-                   "error": f"the replay failed unexpectedly ({type(exc).__name__}: {exc}); "
-                            f"see the worker's log"}
+        outcome = {
+            "status": WhatIfRun.Status.FAILED,
+            "result": {},
+            "charts": {},
+            "error": f"the replay failed unexpectedly ({type(exc).__name__}: {exc}); see the worker's log",
+        }
     WhatIfRun.objects.filter(pk=run_id, status=WhatIfRun.Status.RUNNING).update(
-        finished_at=timezone.now(), heartbeat_at=timezone.now(), **outcome)
+        finished_at=timezone.now(), heartbeat_at=timezone.now(), **outcome
+    )
     return WhatIfRun.objects.get(pk=run_id)
 
 
 def whatif_apply_steps(
-    *, current: dict[str, dict[str, int]], proposed: dict[str, dict[str, int]], capacity: dict[str, int],
+    *,
+    current: dict[str, dict[str, int]],
+    proposed: dict[str, dict[str, int]],
+    capacity: dict[str, int],
     changed: Sequence[str],
 ) -> list[tuple[str, dict[str, int], bool]]:
     """The order in which to change shares so that every step keeps the sum of limits within capacity
@@ -366,21 +433,30 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
         raise Conflict(f"what-if #{run.pk} is {run.status.lower()}: only a finished run can be applied")
     if run.applied_at is not None:
         who = run.applied_by.get_username() if run.applied_by else "someone"
-        raise Conflict(f"what-if #{run.pk} was already applied by {who} at "
-                       f"{run.applied_at:%Y-%m-%d %H:%M} UTC")
+        raise Conflict(
+            f"what-if #{run.pk} was already applied by {who} at {run.applied_at:%Y-%m-%d %H:%M} UTC"
+        )
     changes = replay_sources.changes_since(job_queue, run.baseline)
     if changes:
-        raise Conflict(f"queue {job_queue.name} has changed since what-if #{run.pk} ran "
-                       f"({'; '.join(changes)}), so its result no longer describes the queue: "
-                       f"run the what-if again")
+        raise Conflict(
+            f"queue {job_queue.name} has changed since what-if #{run.pk} ran "
+            f"({'; '.join(changes)}), so its result no longer describes the queue: "
+            f"run the what-if again"
+        )
     baseline = {share["name"]: share for share in run.baseline["shares"]}
     proposal = {item["name"]: item for item in run.proposal}
-    changed = [name for name in baseline if name in proposal and any(
-        proposal[name][key] != baseline[name][key] for key in ("limits", *WHATIF_SHARE_FIELDS))]
+    changed = [
+        name
+        for name in baseline
+        if name in proposal
+        and any(proposal[name][key] != baseline[name][key] for key in ("limits", *WHATIF_SHARE_FIELDS))
+    ]
     steps = whatif_apply_steps(
         current={name: share["limits"] for name, share in baseline.items()},
         proposed={name: item["limits"] for name, item in proposal.items()},
-        capacity=run.baseline["capacity"], changed=changed)
+        capacity=run.baseline["capacity"],
+        changed=changed,
+    )
     shares = {share.name: share for share in QuotaShare.objects.filter(job_queue=job_queue)}
     types = {t.name: t for t in InstanceType.objects.filter(name__in=run.baseline["capacity"])}
     try:
@@ -389,15 +465,18 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
                 share=shares[name],
                 changes={key: proposal[name][key] for key in WHATIF_SHARE_FIELDS} if final else {},
                 limits=[rules.LimitInput(types[type_], count) for type_, count in sorted(limits.items())],
-                actor=actor)
+                actor=actor,
+            )
     except ValidationError as exc:
         # Checked when the run started and the queue has not changed since: only a rule changed meanwhile.
-        raise Conflict(f"the proposal could not be applied ({'; '.join(exc.messages)}); "
-                       f"nothing was changed") from None
+        raise Conflict(
+            f"the proposal could not be applied ({'; '.join(exc.messages)}); nothing was changed"
+        ) from None
     now = timezone.now()
     who = getattr(actor, "username", None) or "system"
     Event.objects.create(
-        kind=EventKind.CONFIG_CHANGED, job_queue=job_queue,
+        kind=EventKind.CONFIG_CHANGED,
+        job_queue=job_queue,
         actor=actor if getattr(actor, "pk", None) else None,
         message=f"{who} applied what-if #{run.pk} to queue {job_queue.name}: changed {', '.join(changed)}",
         data={"object": WhatIfRun._meta.label, "id": run.pk, "action": "applied", "shares": changed},

@@ -149,8 +149,10 @@ def configuration_changes(before: dict[str, Any], after: dict[str, Any]) -> list
     for type_ in sorted(set(before["capacity"]) | set(after["capacity"])):
         old, new = before["capacity"].get(type_), after["capacity"].get(type_)
         if old != new:
-            changes.append(f"capacity of {type_}: {old if old is not None else 'none'} -> "
-                           f"{new if new is not None else 'none'}")
+            changes.append(
+                f"capacity of {type_}: {old if old is not None else 'none'} -> "
+                f"{new if new is not None else 'none'}"
+            )
     old_shares = {share["name"]: share for share in before["shares"]}
     new_shares = {share["name"]: share for share in after["shares"]}
     for name in sorted(set(old_shares) - set(new_shares)):
@@ -158,8 +160,11 @@ def configuration_changes(before: dict[str, Any], after: dict[str, Any]) -> list
     for name in sorted(set(new_shares) - set(old_shares)):
         changes.append(f"share {name} was added")
     for name in [share["name"] for share in before["shares"] if share["name"] in new_shares]:
-        fields = sorted(key for key in set(old_shares[name]) | set(new_shares[name])
-                        if old_shares[name].get(key) != new_shares[name].get(key))
+        fields = sorted(
+            key
+            for key in set(old_shares[name]) | set(new_shares[name])
+            if old_shares[name].get(key) != new_shares[name].get(key)
+        )
         if fields:
             changes.append(f"share {name}: {', '.join(fields)}")
     if before["plans"] != after["plans"]:

@@ -9,8 +9,12 @@ from whatif import services
 
 
 # The service stops a replay at WHATIF_TIME_LIMIT_SECONDS and records why; these limits are the backstop.
-@shared_task(acks_late=True, ignore_result=True, soft_time_limit=settings.WHATIF_TIME_LIMIT_SECONDS + 60,
-             time_limit=settings.WHATIF_TIME_LIMIT_SECONDS + 120)
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    soft_time_limit=settings.WHATIF_TIME_LIMIT_SECONDS + 60,
+    time_limit=settings.WHATIF_TIME_LIMIT_SECONDS + 120,
+)
 def run_whatif(run_id: int) -> None:
     """Replay one what-if run (a run already taken by another worker is left to it)."""
     services.whatif_run_execute(run_id=run_id)

@@ -41,10 +41,20 @@ def _editor(queue: JobQueue, data=None, base: WhatIfRun | None = None) -> f.What
         window = {"source": base.source, "start": base.window_start, "days": base.window_days}
     else:
         start = timezone.now() - timedelta(days=HISTORY_DAYS_BY_DEFAULT)
-        window = {"source": WhatIfRun.Source.HISTORY, "days": HISTORY_DAYS_BY_DEFAULT,
-                  "start": start.replace(hour=0, minute=0, second=0, microsecond=0)}
-    return f.WhatIfForm(data, job_queue=queue, shares=shares, instance_types=types, capacity=capacity,
-                        base=base, initial=window)
+        window = {
+            "source": WhatIfRun.Source.HISTORY,
+            "days": HISTORY_DAYS_BY_DEFAULT,
+            "start": start.replace(hour=0, minute=0, second=0, microsecond=0),
+        }
+    return f.WhatIfForm(
+        data,
+        job_queue=queue,
+        shares=shares,
+        instance_types=types,
+        capacity=capacity,
+        base=base,
+        initial=window,
+    )
 
 
 @staff_page
@@ -100,7 +110,8 @@ def _run_context(run: WhatIfRun, *, apply_form=None, apply_error: str = "") -> d
         "run": run,
         # No worker has taken it: none may be running. A worker silent this long has probably stopped.
         "unclaimed": run.status == WhatIfRun.Status.QUEUED and now - run.created_at > UNCLAIMED_AFTER,
-        "stalled": run.status == WhatIfRun.Status.RUNNING and run.heartbeat_at is not None
+        "stalled": run.status == WhatIfRun.Status.RUNNING
+        and run.heartbeat_at is not None
         and now - run.heartbeat_at > services.WHATIF_HEARTBEAT_TIMEOUT,
         "poll_seconds": PROGRESS_POLL_SECONDS,
         "apply_form": apply_form or f.WhatIfApplyForm(),
@@ -146,9 +157,16 @@ def whatif_apply(request, run_id: int):
         changed = services.whatif_apply(run=run, actor=request.user)
     except Conflict as exc:
         run = _run(run_id)
-        return render(request, "whatif/whatif_run.html", _run_context(run, apply_error=exc.message),
-                      status=exc.status_code)
+        return render(
+            request,
+            "whatif/whatif_run.html",
+            _run_context(run, apply_error=exc.message),
+            status=exc.status_code,
+        )
     shares = f"share{'s' if len(changed) > 1 else ''} {', '.join(changed)}"
-    messages.success(request, f"Applied what-if #{run.pk} to queue {run.job_queue.name}: changed {shares}. "
-                              f"The next scheduling pass works with the new limits.")
+    messages.success(
+        request,
+        f"Applied what-if #{run.pk} to queue {run.job_queue.name}: changed {shares}. "
+        f"The next scheduling pass works with the new limits.",
+    )
     return redirect("manage_whatif_run", run_id=run.pk)

@@ -20,7 +20,9 @@ from scheduling.selectors import configuration, shares
 from scheduling.services import configuration as config_services
 
 
-def _save(request, form, *, obj, what: str, to: str, create: Callable[[], object], update: Callable[[], object]):
+def _save(
+    request, form, *, obj, what: str, to: str, create: Callable[[], object], update: Callable[[], object]
+):
     """Create (no `obj` yet) or update through the service; redirect to `to` with a message, or put the
     service's ValidationError on the form and return None so that the page shows it."""
     try:
@@ -51,11 +53,17 @@ def queue_edit(request, queue_id: int | None = None):
     form = JobQueueForm(request.POST or None, job_queue=queue)
     if request.method == "POST" and form.is_valid():
         saved = _save(
-            request, form, obj=queue, what="queue", to="manage_queues",
-            create=lambda: config_services.config_object_create(model=JobQueue, fields=form.cleaned_data,
-                                                                actor=request.user),
-            update=lambda: config_services.job_queue_update(job_queue=queue, changes=form.cleaned_data,
-                                                            actor=request.user),
+            request,
+            form,
+            obj=queue,
+            what="queue",
+            to="manage_queues",
+            create=lambda: config_services.config_object_create(
+                model=JobQueue, fields=form.cleaned_data, actor=request.user
+            ),
+            update=lambda: config_services.job_queue_update(
+                job_queue=queue, changes=form.cleaned_data, actor=request.user
+            ),
         )
         if saved:
             return saved
@@ -83,12 +91,20 @@ def environment_edit(request, environment_id: int | None = None):
     form = ServiceEnvironmentForm(request.POST or None, environment=environment)
     if request.method == "POST" and form.is_valid():
         saved = _save(
-            request, form, obj=environment, what="environment", to="manage_environments",
+            request,
+            form,
+            obj=environment,
+            what="environment",
+            to="manage_environments",
             create=lambda: config_services.service_environment_create(
-                fields=form.environment_fields(), limits=form.limit_inputs(), actor=request.user),
+                fields=form.environment_fields(), limits=form.limit_inputs(), actor=request.user
+            ),
             update=lambda: config_services.service_environment_update(
-                environment=environment, changes=form.environment_fields(), limits=form.limit_inputs(),
-                actor=request.user),
+                environment=environment,
+                changes=form.environment_fields(),
+                limits=form.limit_inputs(),
+                actor=request.user,
+            ),
         )
         if saved:
             return saved
@@ -135,11 +151,17 @@ def share_edit(request, share_id: int | None = None):
     form = QuotaShareForm(request.POST or None, share=share)
     if request.method == "POST" and form.is_valid():
         saved = _save(
-            request, form, obj=share, what="quota share", to="manage_shares",
+            request,
+            form,
+            obj=share,
+            what="quota share",
+            to="manage_shares",
             create=lambda: config_services.quota_share_create(
-                fields=form.share_fields(), limits=form.limit_inputs(), actor=request.user),
+                fields=form.share_fields(), limits=form.limit_inputs(), actor=request.user
+            ),
             update=lambda: config_services.quota_share_update(
-                share=share, changes=form.share_fields(), limits=form.limit_inputs(), actor=request.user),
+                share=share, changes=form.share_fields(), limits=form.limit_inputs(), actor=request.user
+            ),
         )
         if saved:
             return saved
@@ -227,11 +249,17 @@ def plan_edit(request, plan_id: int | None = None):
     if request.method == "POST" and form.is_valid():
         quota_shares = list(form.cleaned_data["quota_shares"])
         saved = _save(
-            request, form, obj=plan, what="training plan", to="manage_plans",
+            request,
+            form,
+            obj=plan,
+            what="training plan",
+            to="manage_plans",
             create=lambda: config_services.training_plan_create(
-                fields=form.plan_fields(), quota_shares=quota_shares, actor=request.user),
+                fields=form.plan_fields(), quota_shares=quota_shares, actor=request.user
+            ),
             update=lambda: config_services.training_plan_update(
-                plan=plan, changes=form.plan_fields(), quota_shares=quota_shares, actor=request.user),
+                plan=plan, changes=form.plan_fields(), quota_shares=quota_shares, actor=request.user
+            ),
         )
         if saved:
             return saved

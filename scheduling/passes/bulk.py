@@ -36,10 +36,13 @@ def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, 
         definition = ", ".join(["id bigint", *(f"{qn(n)} {columns[n].db_type(connection)}" for n in fields)])
         with connection.cursor() as cursor:
             cursor.execute(f"CREATE TEMPORARY TABLE {staging} ({definition}) ON COMMIT DROP")
-            copy_rows(cursor, staging, ("id", *fields),
-                      ([row_id, *[rows[row_id][name] for name in fields]] for row_id in ids),
-                      json_at=[i + 1 for i, name in enumerate(fields)
-                               if isinstance(columns[name], JSONField)])
+            copy_rows(
+                cursor,
+                staging,
+                ("id", *fields),
+                ([row_id, *[rows[row_id][name] for name in fields]] for row_id in ids),
+                json_at=[i + 1 for i, name in enumerate(fields) if isinstance(columns[name], JSONField)],
+            )
             cursor.execute(f"ANALYZE {staging}")  # a temporary table has no statistics until asked
             assignments = ", ".join(f"{qn(name)} = v.{qn(name)}" for name in fields)
             cursor.execute(f"UPDATE {table} AS t SET {assignments} FROM {staging} AS v WHERE t.id = v.id")
@@ -64,7 +67,7 @@ def rows_delete(model: type[Model], ids: list[int]) -> None:
             cursor.execute(f"DELETE FROM {table} WHERE {pk} = ANY(%s)", [ids])
             return
         for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
+            chunk = ids[start : start + 500]
             cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({', '.join(['%s'] * len(chunk))})", chunk)
 
 
@@ -82,9 +85,13 @@ def rows_insert(model: type[Model], rows: list[dict]) -> None:
     concrete = [f for f in model._meta.concrete_fields if not f.primary_key or f.attname in first]
     defaults = [(f.attname, f.get_default()) for f in concrete]
     with connection.cursor() as cursor:
-        copy_rows(cursor, connection.ops.quote_name(model._meta.db_table), tuple(f.column for f in concrete),
-                  ([row.get(name, default) for name, default in defaults] for row in rows),
-                  json_at=[i for i, f in enumerate(concrete) if isinstance(f, JSONField)])
+        copy_rows(
+            cursor,
+            connection.ops.quote_name(model._meta.db_table),
+            tuple(f.column for f in concrete),
+            ([row.get(name, default) for name, default in defaults] for row in rows),
+            json_at=[i for i, f in enumerate(concrete) if isinstance(f, JSONField)],
+        )
 
 
 def copy_rows(cursor, table: str, columns: tuple[str, ...], rows, *, json_at: list[int]) -> None:

@@ -18,14 +18,21 @@ def pass_histogram_observe(*, job_queue_id: int, seconds: float) -> None:
 
     Two queries; the queue's rows are made on first use.
     """
-    touched = PassHistogramBucket.objects.filter(job_queue_id=job_queue_id).filter(
-        Q(le__gte=seconds) | Q(le__isnull=True)).update(count=F("count") + 1)
+    touched = (
+        PassHistogramBucket.objects.filter(job_queue_id=job_queue_id)
+        .filter(Q(le__gte=seconds) | Q(le__isnull=True))
+        .update(count=F("count") + 1)
+    )
     if not touched:
         PassHistogramBucket.objects.bulk_create(
-            [PassHistogramBucket(job_queue_id=job_queue_id, le=le, count=int(seconds <= le))
-             for le in PASS_DURATION_BUCKETS]
+            [
+                PassHistogramBucket(job_queue_id=job_queue_id, le=le, count=int(seconds <= le))
+                for le in PASS_DURATION_BUCKETS
+            ]
             + [PassHistogramBucket(job_queue_id=job_queue_id, le=None, count=1, sum_seconds=seconds)],
-            ignore_conflicts=True)
+            ignore_conflicts=True,
+        )
         return
     PassHistogramBucket.objects.filter(job_queue_id=job_queue_id, le__isnull=True).update(
-        sum_seconds=F("sum_seconds") + seconds)
+        sum_seconds=F("sum_seconds") + seconds
+    )

@@ -40,11 +40,13 @@ def pass_request(*, job_queue_id: int, trigger: str) -> None:
         # message holds nothing up for longer than the beat's next pass.
         try:
             if settings.PASS_COALESCE_SECONDS and not cache.add(
-                    pass_waiting_key(job_queue_id), trigger, timeout=settings.PASS_COALESCE_SECONDS):
+                pass_waiting_key(job_queue_id), trigger, timeout=settings.PASS_COALESCE_SECONDS
+            ):
                 return
         except Exception as exc:  # the cache is down: ask anyway, a pass too many is harmless
-            logger.warning("pass requests for queue %s not coalesced: the cache is unavailable (%s)",
-                           job_queue_id, exc)
+            logger.warning(
+                "pass requests for queue %s not coalesced: the cache is unavailable (%s)", job_queue_id, exc
+            )
         # The change has committed: a broker outage must not turn its request into an error. The beat runs
         # the queue's pass once the broker is back (it sends a pass for every queue every few seconds).
         run_queue_pass = task_named(RUN_QUEUE_PASS)
@@ -52,8 +54,12 @@ def pass_request(*, job_queue_id: int, trigger: str) -> None:
             run_queue_pass.delay(job_queue_id, trigger)
         except Exception as exc:  # kombu.exceptions.OperationalError, or whatever the transport raises
             pass_waiting_clear(job_queue_id)
-            logger.warning("pass for queue %s not enqueued (%s): the broker is unavailable (%s); "
-                           "the beat will run it", job_queue_id, trigger, exc)
+            logger.warning(
+                "pass for queue %s not enqueued (%s): the broker is unavailable (%s); the beat will run it",
+                job_queue_id,
+                trigger,
+                exc,
+            )
 
     enqueue.quotaportal_queue = job_queue_id
     transaction.on_commit(enqueue)
@@ -69,5 +75,6 @@ def pass_waiting_clear(job_queue_id: int) -> None:
     try:
         cache.delete(pass_waiting_key(job_queue_id))
     except Exception as exc:
-        logger.warning("pass-waiting key of queue %s not cleared: the cache is unavailable (%s)",
-                       job_queue_id, exc)
+        logger.warning(
+            "pass-waiting key of queue %s not cleared: the cache is unavailable (%s)", job_queue_id, exc
+        )

@@ -78,10 +78,19 @@ def queue_pass_run(*, job_queue_id: int, trigger: str = "beat") -> PassResult:
         outcome = pass_execute(job_queue=queue, now=now, trigger=trigger, started=started)
     logger.info(
         "pass queue=%s trigger=%s admitted=%d preempted=%d duration_ms=%.1f",
-        queue.name, trigger, len(outcome.admitted), len(outcome.preempted), outcome.duration_ms,
+        queue.name,
+        trigger,
+        len(outcome.admitted),
+        len(outcome.preempted),
+        outcome.duration_ms,
     )
-    return PassResult(job_queue_id=job_queue_id, admitted=outcome.admitted, preempted=outcome.preempted,
-                      duration_ms=outcome.duration_ms, record=outcome.record)
+    return PassResult(
+        job_queue_id=job_queue_id,
+        admitted=outcome.admitted,
+        preempted=outcome.preempted,
+        duration_ms=outcome.duration_ms,
+        record=outcome.record,
+    )
 
 
 def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: float) -> PassOutcome:
@@ -97,14 +106,27 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     duration_ms = (time.perf_counter() - started) * 1000
     pass_histogram_observe(job_queue_id=job_queue.pk, seconds=duration_ms / 1000)
     record = SchedulingPass.objects.create(
-        job_queue=job_queue, started_at=now, duration_ms=duration_ms, engine_ms=engine_ms, trigger=trigger,
-        jobs_considered=stats.jobs_considered, placed_within_quota=stats.placed_within_quota,
-        placed_borrowing=stats.placed_borrowing, placed_on_plan=stats.placed_on_plan,
+        job_queue=job_queue,
+        started_at=now,
+        duration_ms=duration_ms,
+        engine_ms=engine_ms,
+        trigger=trigger,
+        jobs_considered=stats.jobs_considered,
+        placed_within_quota=stats.placed_within_quota,
+        placed_borrowing=stats.placed_borrowing,
+        placed_on_plan=stats.placed_on_plan,
         fallbacks=stats.fallbacks,
         preempted_reclaim=stats.preemptions.get(et.PreemptionKind.RECLAIM, 0),
         preempted_in_share=stats.preemptions.get(et.PreemptionKind.IN_SHARE, 0),
         preempted_limit_reduced=stats.preemptions.get(et.PreemptionKind.LIMIT_REDUCED, 0),
-        plan_drains=stats.plan_drains, timeouts=stats.timeouts,
+        plan_drains=stats.plan_drains,
+        timeouts=stats.timeouts,
     )
-    return PassOutcome(admitted=admitted, preempted=preempted, duration_ms=duration_ms, engine_ms=engine_ms,
-                       record=record, decisions=decisions)
+    return PassOutcome(
+        admitted=admitted,
+        preempted=preempted,
+        duration_ms=duration_ms,
+        engine_ms=engine_ms,
+        record=record,
+        decisions=decisions,
+    )

@@ -31,10 +31,23 @@ from scheduling.models import (
 )
 
 JOB_COLUMNS = (
-    "id", "name", "quota_share_id", "scheduling_priority", "created_at", "status",
-    "selected_instance_type_id", "selected_instance_count", "selected_training_plan_id", "scheduled_at",
-    "runnable_since", "max_pending_seconds", "preemption_count", "preemption_retries_before_termination",
-    "pending__status_reason", "pending__queue_position", "borrowed_instances",
+    "id",
+    "name",
+    "quota_share_id",
+    "scheduling_priority",
+    "created_at",
+    "status",
+    "selected_instance_type_id",
+    "selected_instance_count",
+    "selected_training_plan_id",
+    "scheduled_at",
+    "runnable_since",
+    "max_pending_seconds",
+    "preemption_count",
+    "preemption_retries_before_termination",
+    "pending__status_reason",
+    "pending__queue_position",
+    "borrowed_instances",
 )
 
 
@@ -58,20 +71,27 @@ def snapshot_querysets(*, job_queue: JobQueue) -> dict[str, QuerySet]:
             service_environment_id=job_queue.service_environment_id,
         ).values_list("instance_type_id", "max_capacity"),
         "limits": ShareCapacityLimit.objects.filter(quota_share__job_queue_id=queue_id).values_list(
-            "quota_share_id", "instance_type_id", "max_capacity"),
-        "shares": QuotaShare.objects.filter(job_queue_id=queue_id).values(
-            "id", "name", "strategy", "borrow_limit", "in_share_preemption", "state").order_by("id"),
+            "quota_share_id", "instance_type_id", "max_capacity"
+        ),
+        "shares": QuotaShare.objects.filter(job_queue_id=queue_id)
+        .values("id", "name", "strategy", "borrow_limit", "in_share_preemption", "state")
+        .order_by("id"),
         "plan_shares": TrainingPlan.quota_shares.through.objects.filter(
-            trainingplan__job_queue_id=queue_id).values_list("trainingplan_id", "quotashare_id"),
-        "plans": TrainingPlan.objects.filter(job_queue_id=queue_id).values(
-            "id", "name", "instance_type_id", "instance_count", "start_time", "end_time").order_by("id"),
+            trainingplan__job_queue_id=queue_id
+        ).values_list("trainingplan_id", "quotashare_id"),
+        "plans": TrainingPlan.objects.filter(job_queue_id=queue_id)
+        .values("id", "name", "instance_type_id", "instance_count", "start_time", "end_time")
+        .order_by("id"),
         # Placed jobs need their lists too: a job drained off a plan falls back in the same pass.
         "preferences": JobPreference.objects.filter(
-            job__job_queue_id=queue_id, job__status__in=UNFINISHED_STATUSES,
-        ).order_by("job_id", "position").values_list("job_id", "instance_type_id", "instance_count",
-                                                     "training_plan_id"),
-        "jobs": Job.objects.filter(job_queue_id=queue_id, status__in=UNFINISHED_STATUSES).values_list(
-            *JOB_COLUMNS).order_by("id"),
+            job__job_queue_id=queue_id,
+            job__status__in=UNFINISHED_STATUSES,
+        )
+        .order_by("job_id", "position")
+        .values_list("job_id", "instance_type_id", "instance_count", "training_plan_id"),
+        "jobs": Job.objects.filter(job_queue_id=queue_id, status__in=UNFINISHED_STATUSES)
+        .values_list(*JOB_COLUMNS)
+        .order_by("id"),
     }
 
 
@@ -85,9 +105,12 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
         limits.setdefault(share_id, {})[type_names[type_id]] = maximum
     shares = tuple(
         et.Share(
-            id=row["id"], name=row["name"], strategy=et.Strategy(row["strategy"]),
+            id=row["id"],
+            name=row["name"],
+            strategy=et.Strategy(row["strategy"]),
             limits=limits.get(row["id"], {}),
-            borrow_limit=row["borrow_limit"], in_share_preemption=row["in_share_preemption"],
+            borrow_limit=row["borrow_limit"],
+            in_share_preemption=row["in_share_preemption"],
             enabled=row["state"] == State.ENABLED,
         )
         for row in reads["shares"]
@@ -99,8 +122,12 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
     plan_names = {row["id"]: row["name"] for row in plan_rows}
     plans = tuple(
         et.Plan(
-            id=row["id"], name=row["name"], instance_type=type_names[row["instance_type_id"]],
-            instance_count=row["instance_count"], start_time=row["start_time"], end_time=row["end_time"],
+            id=row["id"],
+            name=row["name"],
+            instance_type=type_names[row["instance_type_id"]],
+            instance_count=row["instance_count"],
+            start_time=row["start_time"],
+            end_time=row["end_time"],
             share_ids=frozenset(plan_shares.get(row["id"], ())),
         )
         for row in plan_rows
@@ -129,36 +156,72 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
     runnable = et.JobStatus.RUNNABLE
     jobs = []
     for row in job_rows:
-        (job_id, _name, share_id, priority, created_at, status, type_id, count, plan_id, scheduled_at,
-         runnable_since, max_pending, preemptions, preemption_retries, _reason, _position, _borrowed) = row
+        (
+            job_id,
+            _name,
+            share_id,
+            priority,
+            created_at,
+            status,
+            type_id,
+            count,
+            plan_id,
+            scheduled_at,
+            runnable_since,
+            max_pending,
+            preemptions,
+            preemption_retries,
+            _reason,
+            _position,
+            _borrowed,
+        ) = row
         index.jobs[job_id] = row
         status = statuses[status]
         placement = None
         if status is not runnable:
             placement = et.Placement(
-                instance_type=type_names[type_id], instance_count=count,
+                instance_type=type_names[type_id],
+                instance_count=count,
                 training_plan=plan_names.get(plan_id, f"#{plan_id}") if plan_id else None,
                 scheduled_at=scheduled_at or created_at,
             )
-        jobs.append(et.Job(
-            id=job_id, share_id=share_id, priority=priority, submitted_at=created_at,
-            entries=entries.get(job_id, ()), status=status, placement=placement,
-            runnable_since=runnable_since, max_pending_seconds=max_pending, preemption_count=preemptions,
-            preemption_retries_before_termination=preemption_retries,
-        ))
+        jobs.append(
+            et.Job(
+                id=job_id,
+                share_id=share_id,
+                priority=priority,
+                submitted_at=created_at,
+                entries=entries.get(job_id, ()),
+                status=status,
+                placement=placement,
+                runnable_since=runnable_since,
+                max_pending_seconds=max_pending,
+                preemption_count=preemptions,
+                preemption_retries_before_termination=preemption_retries,
+            )
+        )
     snap = et.Snapshot(
-        now=now, capacity=capacity, shares=shares, jobs=tuple(jobs), plans=plans,
-        ordering=et.Ordering(job_queue.ordering), plan_drain_seconds=settings.PLAN_DRAIN_SECONDS,
+        now=now,
+        capacity=capacity,
+        shares=shares,
+        jobs=tuple(jobs),
+        plans=plans,
+        ordering=et.Ordering(job_queue.ordering),
+        plan_drain_seconds=settings.PLAN_DRAIN_SECONDS,
         queue_enabled=job_queue.enabled,
     )
     return snap, index
 
 
-def _entry(cache: dict[tuple, et.Entry], key: tuple, type_names: dict[int, str],
-           plan_names: dict[int, str]) -> et.Entry:
+def _entry(
+    cache: dict[tuple, et.Entry], key: tuple, type_names: dict[int, str], plan_names: dict[int, str]
+) -> et.Entry:
     entry = cache.get(key)
     if entry is None:
         type_id, count, plan_id = key
-        entry = cache[key] = et.Entry(instance_type=type_names[type_id], instance_count=count,
-                                      training_plan=plan_names.get(plan_id) if plan_id else None)
+        entry = cache[key] = et.Entry(
+            instance_type=type_names[type_id],
+            instance_count=count,
+            training_plan=plan_names.get(plan_id) if plan_id else None,
+        )
     return entry

@@ -31,11 +31,19 @@ from scheduling.passes.snapshot import JOB_COLUMNS, Index
 decision_logger = logging.getLogger("quotaportal.scheduling.decisions")
 _SHARE, _REASON, _POSITION = (
     JOB_COLUMNS.index(name)
-    for name in ("quota_share_id", "pending__status_reason", "pending__queue_position"))
+    for name in ("quota_share_id", "pending__status_reason", "pending__queue_position")
+)
 
 _FULL_FIELDS = (
-    "status", "status_reason", "selected_instance_type_id", "selected_instance_count",
-    "selected_training_plan_id", "borrowed_instances", "scheduled_at", "runnable_since", "stopped_at",
+    "status",
+    "status_reason",
+    "selected_instance_type_id",
+    "selected_instance_count",
+    "selected_training_plan_id",
+    "borrowed_instances",
+    "scheduled_at",
+    "runnable_since",
+    "stopped_at",
     "preemption_count",
 )
 
@@ -46,28 +54,73 @@ def decisions_log(*, job_queue: JobQueue, decisions: et.Decisions, index: Index)
         return
     share = index.share_names.get
     for a in decisions.admissions:
-        fields = {"queue": job_queue.name, "share": share(a.share_id), "job": a.job_id, "decision": "admit",
-                  "instance_type": a.instance_type, "instances": a.instance_count, "borrowed": a.borrowed,
-                  "training_plan": a.training_plan, "entry": a.entry_index + 1}
-        decision_logger.info("admit queue=%s share=%s job=%s %s", job_queue.name, fields["share"], a.job_id,
-                             a.message, extra=fields)
+        fields = {
+            "queue": job_queue.name,
+            "share": share(a.share_id),
+            "job": a.job_id,
+            "decision": "admit",
+            "instance_type": a.instance_type,
+            "instances": a.instance_count,
+            "borrowed": a.borrowed,
+            "training_plan": a.training_plan,
+            "entry": a.entry_index + 1,
+        }
+        decision_logger.info(
+            "admit queue=%s share=%s job=%s %s",
+            job_queue.name,
+            fields["share"],
+            a.job_id,
+            a.message,
+            extra=fields,
+        )
     for p in decisions.preemptions:
-        fields = {"queue": job_queue.name, "share": share(p.share_id), "job": p.job_id,
-                  "decision": p.kind.value, "instance_type": p.instance_type, "instances": p.instances,
-                  "preemptor_job": p.preemptor_job_id,
-                  "preemptor_share": share(p.preemptor_share_id) if p.preemptor_share_id else None}
-        decision_logger.info("preempt queue=%s share=%s job=%s %s", job_queue.name, fields["share"], p.job_id,
-                             p.message, extra=fields)
+        fields = {
+            "queue": job_queue.name,
+            "share": share(p.share_id),
+            "job": p.job_id,
+            "decision": p.kind.value,
+            "instance_type": p.instance_type,
+            "instances": p.instances,
+            "preemptor_job": p.preemptor_job_id,
+            "preemptor_share": share(p.preemptor_share_id) if p.preemptor_share_id else None,
+        }
+        decision_logger.info(
+            "preempt queue=%s share=%s job=%s %s",
+            job_queue.name,
+            fields["share"],
+            p.job_id,
+            p.message,
+            extra=fields,
+        )
     for d in decisions.drains:
-        decision_logger.info("drain queue=%s share=%s job=%s %s", job_queue.name, share(d.share_id),
-                             d.job_id, d.message,
-                             extra={"queue": job_queue.name, "share": share(d.share_id), "job": d.job_id,
-                                    "decision": "drain", "training_plan": d.training_plan})
+        decision_logger.info(
+            "drain queue=%s share=%s job=%s %s",
+            job_queue.name,
+            share(d.share_id),
+            d.job_id,
+            d.message,
+            extra={
+                "queue": job_queue.name,
+                "share": share(d.share_id),
+                "job": d.job_id,
+                "decision": "drain",
+                "training_plan": d.training_plan,
+            },
+        )
     for t in decisions.timeouts:
-        decision_logger.info("timeout queue=%s share=%s job=%s %s", job_queue.name, share(t.share_id),
-                             t.job_id, t.message,
-                             extra={"queue": job_queue.name, "share": share(t.share_id), "job": t.job_id,
-                                    "decision": "timeout"})
+        decision_logger.info(
+            "timeout queue=%s share=%s job=%s %s",
+            job_queue.name,
+            share(t.share_id),
+            t.job_id,
+            t.message,
+            extra={
+                "queue": job_queue.name,
+                "share": share(t.share_id),
+                "job": t.job_id,
+                "decision": "timeout",
+            },
+        )
 
 
 def usage_after(snap: et.Snapshot, decisions: et.Decisions) -> dict[tuple[int, str], int]:
@@ -86,26 +139,42 @@ def usage_after(snap: et.Snapshot, decisions: et.Decisions) -> dict[tuple[int, s
     return usage
 
 
-def usage_sample(*, job_queue: JobQueue, snap: et.Snapshot, decisions: et.Decisions, index: Index,
-                 now: datetime) -> None:
+def usage_sample(
+    *, job_queue: JobQueue, snap: et.Snapshot, decisions: et.Decisions, index: Index, now: datetime
+) -> None:
     """Every SAMPLE_INTERVAL_SECONDS, record per share and type what the charts draw: owned, borrowed,
     lent."""
     last = ShareUsageSample.objects.filter(quota_share__job_queue_id=job_queue.pk).aggregate(
-        last=Max("taken_at"))["last"]
+        last=Max("taken_at")
+    )["last"]
     if last is not None and (now - last).total_seconds() < settings.SAMPLE_INTERVAL_SECONDS:
         return
     rows, _, _ = accounting.share_usage(
-        capacity=snap.capacity, limits={share.id: share.limits for share in snap.shares},
-        strategies={share.id: share.strategy for share in snap.shares}, usage=usage_after(snap, decisions))
+        capacity=snap.capacity,
+        limits={share.id: share.limits for share in snap.shares},
+        strategies={share.id: share.strategy for share in snap.shares},
+        usage=usage_after(snap, decisions),
+    )
     pending: dict[int, int] = {}
     for item in decisions.pending:
         pending[item.share_id] = pending.get(item.share_id, 0) + 1
-    rows_insert(ShareUsageSample, [
-        dict(quota_share_id=row.share_id, instance_type_id=index.type_ids[row.instance_type], taken_at=now,
-             limit=row.limit, usage=row.usage, borrowed=row.borrowed, lent=row.lent,
-             pending=pending.get(row.share_id, 0))
-        for row in rows if row.share_id in index.share_names
-    ])
+    rows_insert(
+        ShareUsageSample,
+        [
+            dict(
+                quota_share_id=row.share_id,
+                instance_type_id=index.type_ids[row.instance_type],
+                taken_at=now,
+                limit=row.limit,
+                usage=row.usage,
+                borrowed=row.borrowed,
+                lent=row.lent,
+                pending=pending.get(row.share_id, 0),
+            )
+            for row in rows
+            if row.share_id in index.share_names
+        ],
+    )
 
 
 def decisions_write(
@@ -122,21 +191,40 @@ def decisions_write(
         return changed[job_id]
 
     def event(kind: str, job_id: int, message: str, **extra) -> None:
-        events.append(dict(
-            kind=str(kind), job_id=job_id, job_queue_id=job_queue.pk,
-            quota_share_id=index.jobs[job_id][_SHARE], message=message, created_at=now, **extra,
-        ))
+        events.append(
+            dict(
+                kind=str(kind),
+                job_id=job_id,
+                job_queue_id=job_queue.pk,
+                quota_share_id=index.jobs[job_id][_SHARE],
+                message=message,
+                created_at=now,
+                **extra,
+            )
+        )
 
     def back_to_queue(job: dict, reason: str) -> None:
-        job.update(status=JobStatus.RUNNABLE, status_reason=reason, selected_instance_type_id=None,
-                   selected_instance_count=None, selected_training_plan_id=None, borrowed_instances=0,
-                   runnable_since=now, stopped_at=None)
+        job.update(
+            status=JobStatus.RUNNABLE,
+            status_reason=reason,
+            selected_instance_type_id=None,
+            selected_instance_count=None,
+            selected_training_plan_id=None,
+            borrowed_instances=0,
+            runnable_since=now,
+            stopped_at=None,
+        )
 
     for drain in decisions.drains:
         job = row(drain.job_id)
         stopped[drain.job_id] = f"TRAINING_PLAN_EXPIRING: {drain.message}"
-        event(EventKind.PLAN_EXPIRING, drain.job_id, drain.message,
-              instance_type_id=index.type_ids.get(drain.instance_type), instances=drain.instances)
+        event(
+            EventKind.PLAN_EXPIRING,
+            drain.job_id,
+            drain.message,
+            instance_type_id=index.type_ids.get(drain.instance_type),
+            instances=drain.instances,
+        )
         back_to_queue(job, f"TRAINING_PLAN_EXPIRING: {drain.message}")
 
     preempted: list[int] = []
@@ -145,14 +233,22 @@ def decisions_write(
         preempted.append(preemption.job_id)
         code = preemption.kind.value  # the engine names its kinds as the events and reason codes do
         stopped[preemption.job_id] = f"{code}: {preemption.message}"
-        event(preemption.kind.value, preemption.job_id, preemption.message,
-              other_job_id=preemption.preemptor_job_id, other_share_id=preemption.preemptor_share_id,
-              instance_type_id=index.type_ids.get(preemption.instance_type), instances=preemption.instances)
+        event(
+            preemption.kind.value,
+            preemption.job_id,
+            preemption.message,
+            other_job_id=preemption.preemptor_job_id,
+            other_share_id=preemption.preemptor_share_id,
+            instance_type_id=index.type_ids.get(preemption.instance_type),
+            instances=preemption.instances,
+        )
         job["preemption_count"] = job["preemption_count"] + 1
         if preemption.fails:
-            reason = (f"PREEMPTION_RETRIES_EXHAUSTED: preempted {job['preemption_count']} time(s), "
-                      f"the limit is {job['preemption_retries_before_termination']}; "
-                      f"last: {preemption.message}")
+            reason = (
+                f"PREEMPTION_RETRIES_EXHAUSTED: preempted {job['preemption_count']} time(s), "
+                f"the limit is {job['preemption_retries_before_termination']}; "
+                f"last: {preemption.message}"
+            )
             job.update(status=JobStatus.FAILED, status_reason=reason, borrowed_instances=0, stopped_at=now)
             event(EventKind.FAILED, preemption.job_id, reason)
         else:
@@ -171,43 +267,74 @@ def decisions_write(
         admitted.append(admission.job_id)
         type_id = index.type_ids[admission.instance_type]
         plan_id = index.plan_ids.get(admission.training_plan) if admission.training_plan else None
-        job.update(status=JobStatus.SCHEDULED, status_reason=admission.message,
-                   selected_instance_type_id=type_id, selected_instance_count=admission.instance_count,
-                   selected_training_plan_id=plan_id, borrowed_instances=admission.borrowed, scheduled_at=now,
-                   stopped_at=None)
-        attempts.append(dict(job_id=admission.job_id, instance_type_id=type_id,
-                             instance_count=admission.instance_count, training_plan_id=plan_id,
-                             borrowed_instances=admission.borrowed, scheduled_at=now))
+        job.update(
+            status=JobStatus.SCHEDULED,
+            status_reason=admission.message,
+            selected_instance_type_id=type_id,
+            selected_instance_count=admission.instance_count,
+            selected_training_plan_id=plan_id,
+            borrowed_instances=admission.borrowed,
+            scheduled_at=now,
+            stopped_at=None,
+        )
+        attempts.append(
+            dict(
+                job_id=admission.job_id,
+                instance_type_id=type_id,
+                instance_count=admission.instance_count,
+                training_plan_id=plan_id,
+                borrowed_instances=admission.borrowed,
+                scheduled_at=now,
+            )
+        )
         placed = dict(instance_type_id=type_id, instances=admission.instance_count)
         event(EventKind.ADMITTED, admission.job_id, admission.message, **placed)
         if admission.borrowed:
-            event(EventKind.BORROWED, admission.job_id,
-                  f"borrowing {admission.borrowed} {admission.instance_type} above share "
-                  f"{index.share_names.get(admission.share_id)}'s limit", instance_type_id=type_id,
-                  instances=admission.borrowed)
+            event(
+                EventKind.BORROWED,
+                admission.job_id,
+                f"borrowing {admission.borrowed} {admission.instance_type} above share "
+                f"{index.share_names.get(admission.share_id)}'s limit",
+                instance_type_id=type_id,
+                instances=admission.borrowed,
+            )
         if admission.entry_index > 0:
-            event(EventKind.FALLBACK, admission.job_id,
-                  f"fell back to entry {admission.entry_index + 1}: {admission.message}", **placed)
+            event(
+                EventKind.FALLBACK,
+                admission.job_id,
+                f"fell back to entry {admission.entry_index + 1}: {admission.message}",
+                **placed,
+            )
 
     # Only the reasons and positions that changed are rewritten (every one on a queue's first pass).
     waiting: list[dict] = []
     for pending in decisions.pending:
         current = index.jobs[pending.job_id]
         if current[_REASON] != pending.reason or current[_POSITION] != pending.queue_position:
-            waiting.append(dict(job_id=pending.job_id, status_reason=pending.reason,
-                                queue_position=pending.queue_position))
+            waiting.append(
+                dict(
+                    job_id=pending.job_id, status_reason=pending.reason, queue_position=pending.queue_position
+                )
+            )
     still_waiting = {pending.job_id for pending in decisions.pending}
     # Rows to remove: the rewritten ones that exist, and those of jobs that left the queue in this pass.
     stale = [row["job_id"] for row in waiting if index.jobs[row["job_id"]][_REASON] is not None]
-    stale += [job_id for job_id, current in index.jobs.items()
-              if current[_REASON] is not None and job_id not in still_waiting]
+    stale += [
+        job_id
+        for job_id, current in index.jobs.items()
+        if current[_REASON] is not None and job_id not in still_waiting
+    ]
 
     if stopped:
         open_attempts = JobAttempt.objects.filter(job_id__in=list(stopped), stopped_at__isnull=True)
-        rows_update(model=JobAttempt, fields=("stopped_at", "status_reason"), rows={
-            attempt_id: {"stopped_at": now, "status_reason": stopped[job_id]}
-            for attempt_id, job_id in open_attempts.values_list("id", "job_id")
-        })
+        rows_update(
+            model=JobAttempt,
+            fields=("stopped_at", "status_reason"),
+            rows={
+                attempt_id: {"stopped_at": now, "status_reason": stopped[job_id]}
+                for attempt_id, job_id in open_attempts.values_list("id", "job_id")
+            },
+        )
     rows_update(model=Job, fields=_FULL_FIELDS, rows=changed)
     rows_delete(PendingState, stale)
     # In key order, so the new rows append to the primary key's index rather than land all over it.

@@ -20,24 +20,33 @@ from scheduling.selectors.usage import plan_in_use
 
 def queues_for_admin():
     """Queues with their environment and share count. 1 query."""
-    return (JobQueue.objects.select_related("service_environment")
-            .annotate(share_count=Count("quota_shares", distinct=True)).order_by("-priority", "name"))
+    return (
+        JobQueue.objects.select_related("service_environment")
+        .annotate(share_count=Count("quota_shares", distinct=True))
+        .order_by("-priority", "name")
+    )
 
 
 def environments_for_admin():
     """Environments with their capacities and queue. 2 queries."""
-    return (ServiceEnvironment.objects.select_related("job_queue")
-            .prefetch_related(Prefetch("capacity_limits",
-                                       queryset=EnvironmentCapacity.objects.select_related("instance_type")))
-            .order_by("name"))
+    return (
+        ServiceEnvironment.objects.select_related("job_queue")
+        .prefetch_related(
+            Prefetch("capacity_limits", queryset=EnvironmentCapacity.objects.select_related("instance_type"))
+        )
+        .order_by("name")
+    )
 
 
 def shares_for_admin():
     """Shares with queue, team and limits. 2 queries."""
-    return (QuotaShare.objects.select_related("job_queue", "team")
-            .prefetch_related(Prefetch("capacity_limits",
-                                       queryset=ShareCapacityLimit.objects.select_related("instance_type")))
-            .order_by("job_queue__name", "name"))
+    return (
+        QuotaShare.objects.select_related("job_queue", "team")
+        .prefetch_related(
+            Prefetch("capacity_limits", queryset=ShareCapacityLimit.objects.select_related("instance_type"))
+        )
+        .order_by("job_queue__name", "name")
+    )
 
 
 @dataclass(frozen=True)
@@ -58,15 +67,19 @@ class PlanTimeline:
     ticks: list[tuple[float, datetime]]
 
 
-def plan_timeline(*, now: datetime, past: timedelta = timedelta(days=7),
-                  future: timedelta = timedelta(days=60)) -> PlanTimeline:
+def plan_timeline(
+    *, now: datetime, past: timedelta = timedelta(days=7), future: timedelta = timedelta(days=60)
+) -> PlanTimeline:
     """Training plans as bars on a time axis around now (current ones, and those ended within `past`).
 
     3 queries.
     """
-    plans = list(TrainingPlan.objects.filter(end_time__gte=now - past)
-                 .select_related("job_queue", "instance_type").prefetch_related("quota_shares")
-                 .order_by("job_queue__name", "start_time", "name"))
+    plans = list(
+        TrainingPlan.objects.filter(end_time__gte=now - past)
+        .select_related("job_queue", "instance_type")
+        .prefetch_related("quota_shares")
+        .order_by("job_queue__name", "start_time", "name")
+    )
     in_use = plan_in_use(plan_ids=[plan.pk for plan in plans])
     start = min([now - timedelta(days=1)] + [plan.start_time for plan in plans])
     start = max(start, now - past)
@@ -76,9 +89,16 @@ def plan_timeline(*, now: datetime, past: timedelta = timedelta(days=7),
     def x_of(moment: datetime) -> float:
         return round(100 * min(max((moment - start).total_seconds(), 0), span) / span, 3)
 
-    bars = [PlanBar(plan=plan, status=plan.status_at(now), in_use=in_use.get(plan.pk, 0),
-                    x=x_of(plan.start_time), width=max(0.3, x_of(plan.end_time) - x_of(plan.start_time)))
-            for plan in plans]
+    bars = [
+        PlanBar(
+            plan=plan,
+            status=plan.status_at(now),
+            in_use=in_use.get(plan.pk, 0),
+            x=x_of(plan.start_time),
+            width=max(0.3, x_of(plan.end_time) - x_of(plan.start_time)),
+        )
+        for plan in plans
+    ]
     days = max(1, round(span / 86400 / 6))
     first = start.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
     ticks = []

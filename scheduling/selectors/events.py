@@ -51,31 +51,66 @@ def _event_rows(viewer: Viewer, events) -> list[EventRow]:
     rows = []
     for e in events:
         share_name = e["quota_share__name"]
-        job = job_ref(viewer, job_id=e["job_id"], name=e["job__name"], team_id=e["job__team_id"],
-                       share_name=share_name)
-        other_job = job_ref(viewer, job_id=e["other_job_id"], name=e["other_job__name"],
-                             team_id=e["other_job__team_id"], share_name=e["other_share__name"])
+        job = job_ref(
+            viewer, job_id=e["job_id"], name=e["job__name"], team_id=e["job__team_id"], share_name=share_name
+        )
+        other_job = job_ref(
+            viewer,
+            job_id=e["other_job_id"],
+            name=e["other_job__name"],
+            team_id=e["other_job__team_id"],
+            share_name=e["other_share__name"],
+        )
         if job is None or job.visible:
             text = e["message"]
         else:
             amount = f"{e['instances']} {e['instance_type__name']}" if e["instances"] else "capacity"
             text = _KIND_SUMMARIES.get(e["kind"], "a job of {share}: {kind}").format(
-                share=share_name, other=e["other_share__name"] or "another share", amount=amount,
-                kind=e["kind"])
-        rows.append(EventRow(
-            id=e["id"], kind=e["kind"], created_at=e["created_at"], job_queue_id=e["job_queue_id"],
-            share_id=e["quota_share_id"], share_name=share_name, other_share_id=e["other_share_id"],
-            other_share_name=e["other_share__name"], job=job, other_job=other_job,
-            instance_type=e["instance_type__name"], instances=e["instances"], actor=e["actor__username"],
-            text=text,
-        ))
+                share=share_name,
+                other=e["other_share__name"] or "another share",
+                amount=amount,
+                kind=e["kind"],
+            )
+        rows.append(
+            EventRow(
+                id=e["id"],
+                kind=e["kind"],
+                created_at=e["created_at"],
+                job_queue_id=e["job_queue_id"],
+                share_id=e["quota_share_id"],
+                share_name=share_name,
+                other_share_id=e["other_share_id"],
+                other_share_name=e["other_share__name"],
+                job=job,
+                other_job=other_job,
+                instance_type=e["instance_type__name"],
+                instances=e["instances"],
+                actor=e["actor__username"],
+                text=text,
+            )
+        )
     return rows
 
 
 _EVENT_COLUMNS = (
-    "id", "kind", "created_at", "job_queue_id", "quota_share_id", "quota_share__name", "other_share_id",
-    "other_share__name", "job_id", "job__name", "job__team_id", "other_job_id", "other_job__name",
-    "other_job__team_id", "instance_type__name", "instances", "actor__username", "message",
+    "id",
+    "kind",
+    "created_at",
+    "job_queue_id",
+    "quota_share_id",
+    "quota_share__name",
+    "other_share_id",
+    "other_share__name",
+    "job_id",
+    "job__name",
+    "job__team_id",
+    "other_job_id",
+    "other_job__name",
+    "other_job__team_id",
+    "instance_type__name",
+    "instances",
+    "actor__username",
+    "message",
 )
 
 
@@ -83,12 +118,14 @@ def _events_visible_to(viewer: Viewer) -> Q:
     """Staff: every event. Members: configuration and queue events, and those naming a job of their teams."""
     if viewer.is_staff:
         return Q()
-    return (Q(job__isnull=True) | Q(job__team_id__in=viewer.team_ids)
-            | Q(other_job__team_id__in=viewer.team_ids))
+    return (
+        Q(job__isnull=True) | Q(job__team_id__in=viewer.team_ids) | Q(other_job__team_id__in=viewer.team_ids)
+    )
 
 
-def evictions(*, viewer: Viewer, job_queue_ids: list[int] | None = None, share_id: int | None = None,
-              limit: int = 20) -> list[EventRow]:
+def evictions(
+    *, viewer: Viewer, job_queue_ids: list[int] | None = None, share_id: int | None = None, limit: int = 20
+) -> list[EventRow]:
     """The latest PREEMPTED_* events of some queues, or those a share took part in (either side). 1 query.
 
     Every signed-in user sees who preempted whom and why at the level of shares; job names only of their
@@ -110,8 +147,14 @@ class EventFilters:
     job_id: int | None = None
 
 
-def event_log(*, viewer: Viewer, filters: EventFilters, after_id: int | None = None,
-              before_id: int | None = None, limit: int = 50) -> list[EventRow]:
+def event_log(
+    *,
+    viewer: Viewer,
+    filters: EventFilters,
+    after_id: int | None = None,
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[EventRow]:
     """Events newest first; with `after_id`, only those newer than it (the live tail); with `before_id`, only
     older ones (the next page). 1 query."""
     events = Event.objects.filter(_events_visible_to(viewer))

@@ -29,20 +29,31 @@ def job_list(*, viewer: Viewer, filters: JobFilters):
         jobs = jobs.filter(quota_share_id=filters.share_id)
     if filters.team_id:
         jobs = jobs.filter(team_id=filters.team_id)
-    return (jobs.select_related("job_queue", "quota_share", "team", "selected_instance_type", "submitted_by",
-                                "pending")
-            .defer("payload", "job_queue__service_environment_id").order_by("-created_at", "-id"))
+    return (
+        jobs.select_related(
+            "job_queue", "quota_share", "team", "selected_instance_type", "submitted_by", "pending"
+        )
+        .defer("payload", "job_queue__service_environment_id")
+        .order_by("-created_at", "-id")
+    )
 
 
 def jobs_in_full():
     """Jobs with all a job's page or API body shows: queue, share, team, submitter, placement, pending state,
     preference list and attempts. 3 queries (rows, lists, attempts) however many jobs."""
     return Job.objects.select_related(
-        "job_queue", "quota_share", "team", "submitted_by", "selected_instance_type",
-        "selected_training_plan", "pending",
+        "job_queue",
+        "quota_share",
+        "team",
+        "submitted_by",
+        "selected_instance_type",
+        "selected_training_plan",
+        "pending",
     ).prefetch_related(
-        Prefetch("instance_preferences",
-                 queryset=JobPreference.objects.select_related("instance_type", "training_plan")),
+        Prefetch(
+            "instance_preferences",
+            queryset=JobPreference.objects.select_related("instance_type", "training_plan"),
+        ),
         Prefetch("attempts", queryset=JobAttempt.objects.select_related("instance_type", "training_plan")),
     )
 

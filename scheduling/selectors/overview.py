@@ -32,8 +32,9 @@ class ShareCard:
         return self.summary.pending > 0
 
 
-def share_condition(*, pending: int, oldest_pending_since: datetime | None, owed: bool,
-                    long_wait_since: datetime) -> str:
+def share_condition(
+    *, pending: int, oldest_pending_since: datetime | None, owed: bool, long_wait_since: datetime
+) -> str:
     """At a glance: `starved` = jobs waiting long while the share holds less than its limit of a type they
     want (owed capacity it does not get); `backlog` = waiting long, but full on what they want; `waiting`;
     `ok`."""
@@ -67,14 +68,18 @@ def _pending_heads(
     oldest = dict(runnable.values_list("quota_share_id").annotate(since=Min("runnable_since")).order_by())
     heads = {
         row["quota_share_id"]: row
-        for row in runnable.filter(pending__queue_position=1).order_by("quota_share_id", "id").values(
-            "id", "name", "team_id", "quota_share_id", "quota_share__name", "pending__status_reason")
+        for row in runnable.filter(pending__queue_position=1)
+        .order_by("quota_share_id", "id")
+        .values("id", "name", "team_id", "quota_share_id", "quota_share__name", "pending__status_reason")
     }
     wanted: dict[int, set[str]] = {}
     for share_id, type_name in (
-        JobPreference.objects.filter(job__job_queue_id__in=job_queue_ids, job__status=JobStatus.RUNNABLE,
-                                     training_plan__isnull=True)
-        .values_list("job__quota_share_id", "instance_type__name").distinct().order_by()
+        JobPreference.objects.filter(
+            job__job_queue_id__in=job_queue_ids, job__status=JobStatus.RUNNABLE, training_plan__isnull=True
+        )
+        .values_list("job__quota_share_id", "instance_type__name")
+        .distinct()
+        .order_by()
     ):
         wanted.setdefault(share_id, set()).add(type_name)
     return oldest, heads, wanted
@@ -87,8 +92,11 @@ def overview(*, viewer: Viewer, long_wait_since: datetime, eviction_limit: int =
     rows.
     """
     last_pass = SchedulingPass.objects.filter(job_queue=OuterRef("pk")).order_by("-started_at", "-id")
-    queues = list(JobQueue.objects.select_related("service_environment")
-                  .annotate(last_pass_id=Subquery(last_pass.values("id")[:1])).order_by("-priority", "name"))
+    queues = list(
+        JobQueue.objects.select_related("service_environment")
+        .annotate(last_pass_id=Subquery(last_pass.values("id")[:1]))
+        .order_by("-priority", "name")
+    )
     if not queues:
         return []
     queue_ids = [queue.pk for queue in queues]
@@ -101,20 +109,37 @@ def overview(*, viewer: Viewer, long_wait_since: datetime, eviction_limit: int =
         usage = queue_usage(job_queue=queue)
         cards = []
         for share in usage.shares:
-            card = ShareCard(summary=share, team_name=team_names.get(share.team_id, "?"),
-                             mine=share.team_id in viewer.team_ids, oldest_pending_since=oldest.get(share.id))
+            card = ShareCard(
+                summary=share,
+                team_name=team_names.get(share.team_id, "?"),
+                mine=share.team_id in viewer.team_ids,
+                oldest_pending_since=oldest.get(share.id),
+            )
             card.condition = share_condition(
-                pending=share.pending, oldest_pending_since=card.oldest_pending_since,
-                owed=_owed(share, wanted.get(share.id, set())), long_wait_since=long_wait_since)
+                pending=share.pending,
+                oldest_pending_since=card.oldest_pending_since,
+                owed=_owed(share, wanted.get(share.id, set())),
+                long_wait_since=long_wait_since,
+            )
             head = heads.get(share.id)
             if head is not None and viewer.sees_team(head["team_id"]):
-                card.head_job = job_ref(viewer, job_id=head["id"], name=head["name"],
-                                         team_id=head["team_id"], share_name=head["quota_share__name"])
+                card.head_job = job_ref(
+                    viewer,
+                    job_id=head["id"],
+                    name=head["name"],
+                    team_id=head["team_id"],
+                    share_name=head["quota_share__name"],
+                )
                 card.head_reason = head["pending__status_reason"]
             card.evictions = [e for e in recent if e.share_id == share.id][:3]
             cards.append(card)
-        result.append(QueueOverview(
-            job_queue=queue, usage=usage, cards=cards, last_pass=passes.get(queue.last_pass_id),
-            evictions=[e for e in recent if e.job_queue_id == queue.pk][:eviction_limit],
-        ))
+        result.append(
+            QueueOverview(
+                job_queue=queue,
+                usage=usage,
+                cards=cards,
+                last_pass=passes.get(queue.last_pass_id),
+                evictions=[e for e in recent if e.job_queue_id == queue.pk][:eviction_limit],
+            )
+        )
     return result

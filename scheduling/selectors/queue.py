@@ -33,7 +33,14 @@ def queue_snapshot(*, job_queue: JobQueue, now: datetime, job_limit: int = 100) 
     order = [job.id for job in head_order(snapshot)]
     shown = order[:job_limit]
     rows = Job.objects.select_related("quota_share", "team", "pending").in_bulk(shown) if shown else {}
-    team_slugs = dict(Team.objects.filter(pk__in={share.team_id for share in usage.shares})
-                      .values_list("id", "slug"))
-    return QueueSnapshot(job_queue=job_queue, taken_at=now, usage=usage, runnable_count=len(order),
-                         jobs=[rows[job_id] for job_id in shown if job_id in rows], team_slugs=team_slugs)
+    team_slugs = dict(
+        Team.objects.filter(pk__in={share.team_id for share in usage.shares}).values_list("id", "slug")
+    )
+    return QueueSnapshot(
+        job_queue=job_queue,
+        taken_at=now,
+        usage=usage,
+        runnable_count=len(order),
+        jobs=[rows[job_id] for job_id in shown if job_id in rows],
+        team_slugs=team_slugs,
+    )

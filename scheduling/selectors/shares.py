@@ -43,9 +43,11 @@ class UsagePoint:
 def share_usage_history(*, share_id: int, since: datetime) -> dict[str, list[UsagePoint]]:
     """instance type name -> the share's samples since `since`, oldest first. 1 query."""
     history: dict[str, list[UsagePoint]] = {}
-    rows = (ShareUsageSample.objects.filter(quota_share_id=share_id, taken_at__gte=since)
-            .order_by("taken_at", "id")
-            .values_list("instance_type__name", "taken_at", "limit", "usage", "borrowed", "lent", "pending"))
+    rows = (
+        ShareUsageSample.objects.filter(quota_share_id=share_id, taken_at__gte=since)
+        .order_by("taken_at", "id")
+        .values_list("instance_type__name", "taken_at", "limit", "usage", "borrowed", "lent", "pending")
+    )
     for type_name, *values in rows:
         history.setdefault(type_name, []).append(UsagePoint(*values))
     return history
@@ -78,18 +80,32 @@ def share_detail(*, viewer: Viewer, share: QuotaShare, job_limit: int = 100) -> 
     if sees_jobs:
         running = list(
             placed.select_related("selected_instance_type", "selected_training_plan", "submitted_by")
-            .defer("payload").order_by("-scheduled_at", "-id")[:job_limit])
-        pending = list(Job.objects.filter(quota_share=share, status=JobStatus.RUNNABLE)
-                       .select_related("submitted_by", "pending").defer("payload")
-                       .order_by(F("pending__queue_position").asc(nulls_last=True), "-scheduling_priority",
-                                 "created_at", "id")
-                       [:job_limit])
+            .defer("payload")
+            .order_by("-scheduled_at", "-id")[:job_limit]
+        )
+        pending = list(
+            Job.objects.filter(quota_share=share, status=JobStatus.RUNNABLE)
+            .select_related("submitted_by", "pending")
+            .defer("payload")
+            .order_by(
+                F("pending__queue_position").asc(nulls_last=True), "-scheduling_priority", "created_at", "id"
+            )[:job_limit]
+        )
     running_count = placed.count()
-    last_pass = (SchedulingPass.objects.filter(job_queue_id=share.job_queue_id)
-                 .order_by("-started_at", "-id").first())
-    return ShareDetail(share=share, summary=summary, usage=usage, sees_jobs=sees_jobs, running=running,
-                       pending=pending, running_count=running_count,
-                       evictions=evictions(viewer=viewer, share_id=share.pk, limit=20), last_pass=last_pass)
+    last_pass = (
+        SchedulingPass.objects.filter(job_queue_id=share.job_queue_id).order_by("-started_at", "-id").first()
+    )
+    return ShareDetail(
+        share=share,
+        summary=summary,
+        usage=usage,
+        sees_jobs=sees_jobs,
+        running=running,
+        pending=pending,
+        running_count=running_count,
+        evictions=evictions(viewer=viewer, share_id=share.pk, limit=20),
+        last_pass=last_pass,
+    )
 
 
 @dataclass(frozen=True)
@@ -118,8 +134,9 @@ class LimitSum:
         return self.proposed if self.capacity is None else max(0, self.total - self.capacity)
 
 
-def share_limit_sums(*, job_queue: JobQueue, share_id: int | None,
-                     proposed: dict[int, int]) -> list[LimitSum]:
+def share_limit_sums(
+    *, job_queue: JobQueue, share_id: int | None, proposed: dict[int, int]
+) -> list[LimitSum]:
     """Per instance type of the environment (and any proposed): others' limits + proposed against capacity.
 
     3 queries.
@@ -129,7 +146,15 @@ def share_limit_sums(*, job_queue: JobQueue, share_id: int | None,
     type_ids = sorted(set(capacity) | {t for t, n in proposed.items() if n} | set(others))
     names = dict(InstanceType.objects.filter(pk__in=type_ids).values_list("id", "name"))
     return sorted(
-        (LimitSum(instance_type=names[t], capacity=capacity.get(t), others=others.get(t, 0),
-                  proposed=proposed.get(t, 0)) for t in type_ids if t in names),
+        (
+            LimitSum(
+                instance_type=names[t],
+                capacity=capacity.get(t),
+                others=others.get(t, 0),
+                proposed=proposed.get(t, 0),
+            )
+            for t in type_ids
+            if t in names
+        ),
         key=lambda row: row.instance_type,
     )

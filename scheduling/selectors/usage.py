@@ -71,14 +71,24 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
     """Per share and type: limit, usage, borrowed, lent, idle; loans; per type totals; plans. 7 queries."""
     type_names = dict(InstanceType.objects.values_list("id", "name"))
     capacity = {
-        type_names[t]: n for t, n in EnvironmentCapacity.objects.filter(
+        type_names[t]: n
+        for t, n in EnvironmentCapacity.objects.filter(
             service_environment_id=job_queue.service_environment_id,
         ).values_list("instance_type_id", "max_capacity")
     }
     shares = {
-        row["id"]: ShareSummary(**row) for row in QuotaShare.objects.filter(job_queue=job_queue).values(
-            "id", "name", "team_id", "strategy", "state", "borrow_limit", "in_share_preemption",
-        ).order_by("name")
+        row["id"]: ShareSummary(**row)
+        for row in QuotaShare.objects.filter(job_queue=job_queue)
+        .values(
+            "id",
+            "name",
+            "team_id",
+            "strategy",
+            "state",
+            "borrow_limit",
+            "in_share_preemption",
+        )
+        .order_by("name")
     }
     limits: dict[int, dict[str, int]] = {share_id: {} for share_id in shares}
     for share_id, type_id, maximum in ShareCapacityLimit.objects.filter(
@@ -101,12 +111,15 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
             usage[key] = usage.get(key, 0) + row["instances"]
     for share_id, pending in (
         Job.objects.filter(job_queue=job_queue, status=JobStatus.RUNNABLE)
-        .values_list("quota_share_id").annotate(n=Count("id")).order_by()
+        .values_list("quota_share_id")
+        .annotate(n=Count("id"))
+        .order_by()
     ):
         if share_id in shares:
             shares[share_id].pending = pending
     rows, loans, types = accounting.share_usage(
-        capacity=capacity, limits=limits, strategies={s.id: s.strategy for s in shares.values()}, usage=usage)
+        capacity=capacity, limits=limits, strategies={s.id: s.strategy for s in shares.values()}, usage=usage
+    )
     for row in rows:
         if row.share_id in shares:
             shares[row.share_id].rows.append(row)
@@ -119,20 +132,31 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
             shares[loan.lender_id].lends_to.append((borrower.name, loan.instance_type, loan.instances))
     now = timezone.now()
     plans = [
-        {"id": plan.pk, "name": plan.name, "instance_type": type_names[plan.instance_type_id],
-         "instance_count": plan.instance_count, "start_time": plan.start_time, "end_time": plan.end_time,
-         "status": plan.status_at(now), "in_use_instance_count": plan_use.get(plan.pk, 0),
-         "available_instance_count": max(0, plan.instance_count - plan_use.get(plan.pk, 0))
-         if plan.status_at(now) == TrainingPlan.Status.ACTIVE else 0}
+        {
+            "id": plan.pk,
+            "name": plan.name,
+            "instance_type": type_names[plan.instance_type_id],
+            "instance_count": plan.instance_count,
+            "start_time": plan.start_time,
+            "end_time": plan.end_time,
+            "status": plan.status_at(now),
+            "in_use_instance_count": plan_use.get(plan.pk, 0),
+            "available_instance_count": max(0, plan.instance_count - plan_use.get(plan.pk, 0))
+            if plan.status_at(now) == TrainingPlan.Status.ACTIVE
+            else 0,
+        }
         for plan in TrainingPlan.objects.filter(job_queue=job_queue).order_by("start_time", "name")
     ]
-    return QueueUsage(job_queue=job_queue, shares=list(shares.values()), types=types, loans=loans,
-                      plans=plans)
+    return QueueUsage(
+        job_queue=job_queue, shares=list(shares.values()), types=types, loans=loans, plans=plans
+    )
 
 
 def plan_in_use(*, plan_ids: list[int]) -> dict[int, int]:
     """training plan id -> instances held on it by placed jobs. 1 query."""
     return dict(
         Job.objects.filter(selected_training_plan_id__in=plan_ids, status__in=PLACED_STATUSES)
-        .values_list("selected_training_plan_id").annotate(n=Sum("selected_instance_count")).order_by()
+        .values_list("selected_training_plan_id")
+        .annotate(n=Sum("selected_instance_count"))
+        .order_by()
     )

@@ -33,8 +33,12 @@ def config_state(obj: models.Model) -> dict[str, Any]:
 
 
 def config_change_record(
-    *, actor: AbstractBaseUser | None, obj: models.Model, action: str,
-    before: dict[str, Any] | None, after: dict[str, Any] | None,
+    *,
+    actor: AbstractBaseUser | None,
+    obj: models.Model,
+    action: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
 ) -> Event | None:
     """Write the CONFIG_CHANGED audit event for a created, changed or deleted configuration object.
 
@@ -44,8 +48,9 @@ def config_change_record(
     if action == "changed" and before == after:
         return None
     label = obj._meta.verbose_name
-    changed = sorted(k for k in set(before or {}) | set(after or {})
-                     if (before or {}).get(k) != (after or {}).get(k))
+    changed = sorted(
+        k for k in set(before or {}) | set(after or {}) if (before or {}).get(k) != (after or {}).get(k)
+    )
     who = getattr(actor, "username", None) or "system"
     detail = f": {', '.join(changed)}" if action == "changed" else ""
     queue_id = _queue_id_of(obj)
@@ -68,11 +73,19 @@ def _queue_id_of(obj: models.Model) -> int | None:
     return getattr(obj, "job_queue_id", None)
 
 
-def job_event_record(*, kind: str, job: Job, message: str, now, actor: AbstractBaseUser | None = None,
-                     data: dict | None = None) -> Event:
+def job_event_record(
+    *, kind: str, job: Job, message: str, now, actor: AbstractBaseUser | None = None, data: dict | None = None
+) -> Event:
     """Write one event of a job's life (submitted, started, cancelled...), with where it runs."""
     return Event.objects.create(
-        kind=kind, job=job, job_queue_id=job.job_queue_id, quota_share_id=job.quota_share_id,
-        instance_type_id=job.selected_instance_type_id, instances=job.selected_instance_count,
-        actor=actor if getattr(actor, "pk", None) else None, message=message, data=data or {}, created_at=now,
+        kind=kind,
+        job=job,
+        job_queue_id=job.job_queue_id,
+        quota_share_id=job.quota_share_id,
+        instance_type_id=job.selected_instance_type_id,
+        instances=job.selected_instance_count,
+        actor=actor if getattr(actor, "pk", None) else None,
+        message=message,
+        data=data or {},
+        created_at=now,
     )

@@ -31,8 +31,9 @@ from scheduling.services.locks import queue_lock
 
 # Legal executor reports: current status -> statuses it may move to (SPEC 4).
 REPORT_TRANSITIONS: dict[str, frozenset[str]] = {
-    JobStatus.SCHEDULED: frozenset({JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED,
-                                    JobStatus.FAILED}),
+    JobStatus.SCHEDULED: frozenset(
+        {JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED}
+    ),
     JobStatus.STARTING: frozenset({JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED}),
     JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED}),
 }
@@ -71,14 +72,19 @@ def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser 
         job.status_reason = reason or "running"
         job.save(update_fields=["status", "started_at", "status_reason"])
         JobAttempt.objects.filter(job=job, stopped_at__isnull=True).update(started_at=now)
-        job_event_record(kind=EventKind.STARTED, job=job, actor=actor, now=now,
-                         message=f"{job.name} started on {job.selected_instance_type} "
-                                 f"x{job.selected_instance_count}")
+        job_event_record(
+            kind=EventKind.STARTED,
+            job=job,
+            actor=actor,
+            now=now,
+            message=f"{job.name} started on {job.selected_instance_type} x{job.selected_instance_count}",
+        )
         return
     if status == JobStatus.SUCCEEDED:
         job_stop(job=job, status=JobStatus.SUCCEEDED, reason=reason or "succeeded", now=now)
-        job_event_record(kind=EventKind.SUCCEEDED, job=job, actor=actor, now=now,
-                         message=f"{job.name} succeeded")
+        job_event_record(
+            kind=EventKind.SUCCEEDED, job=job, actor=actor, now=now, message=f"{job.name} succeeded"
+        )
         pass_request(job_queue_id=job.job_queue_id, trigger="finish")
         return
     # FAILED: retry while attempts are left (retry_attempts counts every attempt, the first included).
@@ -103,9 +109,17 @@ def job_stop(*, job: Job, status: str, reason: str, now) -> None:
     was_placed = job.status in PLACED_STATUSES
     job.status = status
     job.status_reason = reason
-    update = ["status", "status_reason", "failed_attempts", "selected_instance_type",
-              "selected_instance_count", "selected_training_plan", "borrowed_instances", "stopped_at",
-              "runnable_since"]
+    update = [
+        "status",
+        "status_reason",
+        "failed_attempts",
+        "selected_instance_type",
+        "selected_instance_count",
+        "selected_training_plan",
+        "borrowed_instances",
+        "stopped_at",
+        "runnable_since",
+    ]
     if status == JobStatus.RUNNABLE:
         # Back in the queue it holds nothing; a finished job keeps what it last ran on.
         job.runnable_since = now
@@ -120,8 +134,9 @@ def job_stop(*, job: Job, status: str, reason: str, now) -> None:
     # Only a pass says why a job waits; until the next one, its status_reason is this transition's.
     PendingState.objects.filter(job_id=job.pk).delete()
     if was_placed:
-        JobAttempt.objects.filter(job=job, stopped_at__isnull=True).update(stopped_at=now,
-                                                                            status_reason=reason)
+        JobAttempt.objects.filter(job=job, stopped_at__isnull=True).update(
+            stopped_at=now, status_reason=reason
+        )
 
 
 def simulated_executor_tick(*, job_queue_id: int, now=None) -> int:
@@ -140,16 +155,23 @@ def simulated_executor_tick(*, job_queue_id: int, now=None) -> int:
         placed = Job.objects.select_for_update().filter(job_queue=queue, status__in=PLACED_STATUSES)
         for job in placed.order_by("id"):
             if job.status == JobStatus.SCHEDULED:
-                _job_advance(job=job, status=JobStatus.STARTING, reason="starting (simulated)", actor=None,
-                             now=now)
+                _job_advance(
+                    job=job, status=JobStatus.STARTING, reason="starting (simulated)", actor=None, now=now
+                )
                 moves += 1
             if job.status == JobStatus.STARTING and job.scheduled_at and job.scheduled_at + startup <= now:
-                _job_advance(job=job, status=JobStatus.RUNNING, reason="running (simulated)", actor=None,
-                             now=now)
+                _job_advance(
+                    job=job, status=JobStatus.RUNNING, reason="running (simulated)", actor=None, now=now
+                )
                 moves += 1
-            if (job.status == JobStatus.RUNNING and job.duration_seconds is not None and job.started_at
-                    and job.started_at + timedelta(seconds=job.duration_seconds) <= now):
-                _job_advance(job=job, status=JobStatus.SUCCEEDED, reason="completed (simulated)", actor=None,
-                             now=now)
+            if (
+                job.status == JobStatus.RUNNING
+                and job.duration_seconds is not None
+                and job.started_at
+                and job.started_at + timedelta(seconds=job.duration_seconds) <= now
+            ):
+                _job_advance(
+                    job=job, status=JobStatus.SUCCEEDED, reason="completed (simulated)", actor=None, now=now
+                )
                 moves += 1
     return moves

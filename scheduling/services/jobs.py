@@ -62,24 +62,39 @@ def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission
         raise NotAllowed(f"you are not a member of team {share.team.name}, which owns share {share.name}")
     now = now or timezone.now()
     job = Job(
-        name=submission.name, job_queue=submission.job_queue, quota_share=share, team_id=share.team_id,
-        submitted_by=user, scheduling_priority=submission.scheduling_priority,
+        name=submission.name,
+        job_queue=submission.job_queue,
+        quota_share=share,
+        team_id=share.team_id,
+        submitted_by=user,
+        scheduling_priority=submission.scheduling_priority,
         retry_attempts=submission.retry_attempts,
         preemption_retries_before_termination=submission.preemption_retries_before_termination,
-        max_pending_seconds=submission.max_pending_seconds, duration_seconds=submission.duration_seconds,
-        payload=submission.payload, client_token=submission.client_token or None,
-        created_at=now, runnable_since=now, status_reason="waiting for the next scheduling pass",
+        max_pending_seconds=submission.max_pending_seconds,
+        duration_seconds=submission.duration_seconds,
+        payload=submission.payload,
+        client_token=submission.client_token or None,
+        created_at=now,
+        runnable_since=now,
+        status_reason="waiting for the next scheduling pass",
     )
     errors: dict[str, list[str]] = {}
     checks = (
         lambda: rules.validate_job_target(job_queue=submission.job_queue, quota_share=share),
-        lambda: rules.validate_preferences(job_queue=submission.job_queue, quota_share=share,
-                                           entries=submission.instance_preferences, now=now),
+        lambda: rules.validate_preferences(
+            job_queue=submission.job_queue,
+            quota_share=share,
+            entries=submission.instance_preferences,
+            now=now,
+        ),
         lambda: rules.validate_payload(submission.payload),
         # Field validators only: the database constraints stay the backstop (checking them here costs a
         # query each), and client_token races are settled by the unique constraint below.
-        lambda: job.full_clean(exclude=["job_queue", "quota_share", "team", "submitted_by", "payload"],
-                               validate_unique=False, validate_constraints=False),
+        lambda: job.full_clean(
+            exclude=["job_queue", "quota_share", "team", "submitted_by", "payload"],
+            validate_unique=False,
+            validate_constraints=False,
+        ),
     )
     for check in checks:
         try:
@@ -109,15 +124,26 @@ def job_submit(*, user: AbstractBaseUser, submission: JobSubmission) -> tuple[Jo
     try:
         with transaction.atomic():
             job.save()
-            JobPreference.objects.bulk_create([
-                JobPreference(job=job, position=i, instance_type=e.instance_type,
-                              instance_count=e.instance_count, training_plan=e.training_plan)
-                for i, e in enumerate(submission.instance_preferences)
-            ])
+            JobPreference.objects.bulk_create(
+                [
+                    JobPreference(
+                        job=job,
+                        position=i,
+                        instance_type=e.instance_type,
+                        instance_count=e.instance_count,
+                        training_plan=e.training_plan,
+                    )
+                    for i, e in enumerate(submission.instance_preferences)
+                ]
+            )
             entries = ", ".join(_entry_label(e) for e in submission.instance_preferences)
-            job_event_record(kind=EventKind.SUBMITTED, job=job, actor=user, now=now,
-                             message=f"{user.get_username()} submitted {job.name} to share {share.name}: "
-                                     f"{entries}")
+            job_event_record(
+                kind=EventKind.SUBMITTED,
+                job=job,
+                actor=user,
+                now=now,
+                message=f"{user.get_username()} submitted {job.name} to share {share.name}: {entries}",
+            )
             pass_request(job_queue_id=job.job_queue_id, trigger="submit")
     except IntegrityError:
         if not submission.client_token:
@@ -131,8 +157,10 @@ def _job_repeated(*, user: AbstractBaseUser, job: Job) -> Job:
     """The job a repeated client_token submitted, if its submitter may still see it (staff, its team)."""
     if user.is_staff or user_team_role(user, job.team_id) is not None:
         return job
-    raise Conflict(f"client_token {job.client_token!r} was already used for a job you can no longer see; "
-                   "submit with a new client_token")
+    raise Conflict(
+        f"client_token {job.client_token!r} was already used for a job you can no longer see; "
+        "submit with a new client_token"
+    )
 
 
 def _entry_label(entry: rules.PreferenceInput) -> str:
@@ -184,10 +212,19 @@ def job_set_priority(*, job_id: int, priority: int, actor: AbstractBaseUser | No
     job.scheduling_priority = priority
     job.save(update_fields=["scheduling_priority"])
     who = getattr(actor, "username", None) or "system"
-    job_event_record(kind=EventKind.CONFIG_CHANGED, job=job, actor=actor, now=timezone.now(),
-                     message=f"{who} changed the priority of {job.name} from {before} to {priority}",
-                     data={"object": "scheduling.Job", "id": job.pk, "action": "changed",
-                           "before": {"scheduling_priority": before},
-                           "after": {"scheduling_priority": priority}})
+    job_event_record(
+        kind=EventKind.CONFIG_CHANGED,
+        job=job,
+        actor=actor,
+        now=timezone.now(),
+        message=f"{who} changed the priority of {job.name} from {before} to {priority}",
+        data={
+            "object": "scheduling.Job",
+            "id": job.pk,
+            "action": "changed",
+            "before": {"scheduling_priority": before},
+            "after": {"scheduling_priority": priority},
+        },
+    )
     pass_request(job_queue_id=job.job_queue_id, trigger="priority")
     return job

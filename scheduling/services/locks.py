@@ -18,5 +18,8 @@ def queue_lock(job_queue_id: int) -> JobQueue:
     their foreign-key checks take FOR KEY SHARE, which FOR UPDATE blocks, so every submission used to wait
     for the pass in progress.
     """
-    return (JobQueue.objects.select_for_update(no_key=True).select_related("service_environment")
-            .get(pk=job_queue_id))
+    return (
+        JobQueue.objects.select_for_update(no_key=True)
+        .select_related("service_environment")
+        .get(pk=job_queue_id)
+    )

@@ -28,8 +28,9 @@ def world(db) -> World:
     team_nlp = TeamFactory(name="NLP", slug="nlp")
     team_vision = TeamFactory(name="Vision", slug="vision")
     nlp = share_with(queue, "nlp", {P5: 4, P4: 4}, team=team_nlp)
-    vision = share_with(queue, "vision", {P4: 6, G5: 8}, team=team_vision, strategy="LEND_AND_BORROW",
-                        borrow_limit=100)
+    vision = share_with(
+        queue, "vision", {P4: 6, G5: 8}, team=team_vision, strategy="LEND_AND_BORROW", borrow_limit=100
+    )
     plan = plan_for(queue, "nlp-p5-december", P5, 4, shares=[nlp])
     ana = UserFactory(username="ana")  # member of nlp
     ben = UserFactory(username="ben")  # manager of nlp
@@ -41,8 +42,15 @@ def world(db) -> World:
     MembershipFactory(team=team_nlp, user=ben, role=Membership.Role.MANAGER)
     MembershipFactory(team=team_vision, user=chen, role=Membership.Role.MEMBER)
     users = {"ana": ana, "ben": ben, "chen": chen, "executor": executor, "admin": admin}
-    return World(queue=queue, nlp=nlp, vision=vision, plan=plan, team_nlp=team_nlp, team_vision=team_vision,
-                 users=users)
+    return World(
+        queue=queue,
+        nlp=nlp,
+        vision=vision,
+        plan=plan,
+        team_nlp=team_nlp,
+        team_vision=team_vision,
+        users=users,
+    )
 
 
 @pytest.fixture

@@ -62,6 +62,11 @@ def placed(job: Job, type_name=P5, count=2, plan: TrainingPlan | None = None) ->
     job.selected_training_plan = plan
     job.scheduled_at = now
     job.save()
-    JobAttempt.objects.create(job=job, instance_type=job.selected_instance_type, instance_count=count,
-                              training_plan=plan, scheduled_at=now)
+    JobAttempt.objects.create(
+        job=job,
+        instance_type=job.selected_instance_type,
+        instance_count=count,
+        training_plan=plan,
+        scheduled_at=now,
+    )
     return job

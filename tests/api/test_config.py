@@ -38,20 +38,31 @@ def caps(**by_type) -> list[dict]:
 
 
 def audit(obj_label: str, action: str) -> list[Event]:
-    return [event for event in Event.objects.filter(kind=EventKind.CONFIG_CHANGED).order_by("id")
-            if event.data.get("object") == obj_label and event.data.get("action") == action]
+    return [
+        event
+        for event in Event.objects.filter(kind=EventKind.CONFIG_CHANGED).order_by("id")
+        if event.data.get("object") == obj_label and event.data.get("action") == action
+    ]
 
 
 # --- instance types --------------------------------------------------------------------------------------
 
 
 def test_staff_creates_an_instance_type_and_it_is_audited(world, client_for):
-    response = client_for(world.admin).post(f"{API}/instance-types/", {
-        "name": "ml.g6.xlarge", "gpu_count": 1, "hourly_price": "1.2500"}, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/instance-types/",
+        {"name": "ml.g6.xlarge", "gpu_count": 1, "hourly_price": "1.2500"},
+        format="json",
+    )
 
     assert response.status_code == 201, response.json()
-    assert response.json() == {"id": response.json()["id"], "name": "ml.g6.xlarge", "gpu_count": 1,
-                               "hourly_price": "1.2500", "accelerated": True}
+    assert response.json() == {
+        "id": response.json()["id"],
+        "name": "ml.g6.xlarge",
+        "gpu_count": 1,
+        "hourly_price": "1.2500",
+        "accelerated": True,
+    }
     [event] = audit("scheduling.InstanceType", "created")
     assert event.actor == world.admin
     assert event.data["after"]["name"] == "ml.g6.xlarge"
@@ -117,15 +128,20 @@ def test_patch_changes_only_what_it_names(world, client_for):
 def test_teams_list_their_members_with_roles(world, client_for):
     body = client_for(world.chen).get(f"{API}/teams/{world.team_nlp.pk}/").json()
 
-    assert body == {"id": world.team_nlp.pk, "name": "NLP", "slug": "nlp", "members": [
-        {"username": "ana", "role": "member"}, {"username": "ben", "role": "manager"}]}
+    assert body == {
+        "id": world.team_nlp.pk,
+        "name": "NLP",
+        "slug": "nlp",
+        "members": [{"username": "ana", "role": "member"}, {"username": "ben", "role": "manager"}],
+    }
 
 
 def test_a_manager_adds_a_member_to_their_team(world, client_for):
     UserFactory(username="dana")
 
-    response = client_for(world.ben).post(f"{API}/teams/{world.team_nlp.pk}/members/",
-                                          {"username": "dana", "role": "member"}, format="json")
+    response = client_for(world.ben).post(
+        f"{API}/teams/{world.team_nlp.pk}/members/", {"username": "dana", "role": "member"}, format="json"
+    )
 
     assert response.status_code == 201
     assert response.json() == {"username": "dana", "role": "member"}
@@ -134,8 +150,9 @@ def test_a_manager_adds_a_member_to_their_team(world, client_for):
 
 
 def test_staff_changes_a_members_role(world, client_for):
-    response = client_for(world.admin).post(f"{API}/teams/{world.team_nlp.pk}/members/",
-                                            {"username": "ana", "role": "manager"}, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/teams/{world.team_nlp.pk}/members/", {"username": "ana", "role": "manager"}, format="json"
+    )
 
     assert response.status_code == 200
     assert Membership.objects.get(team=world.team_nlp, user=world.ana).role == "manager"
@@ -144,24 +161,29 @@ def test_staff_changes_a_members_role(world, client_for):
 
 @pytest.mark.parametrize("who", ["ana", "chen", "executor"])
 def test_only_staff_and_the_teams_managers_change_members(world, client_for, who):
-    response = client_for(world.users[who]).post(f"{API}/teams/{world.team_nlp.pk}/members/",
-                                                 {"username": "chen", "role": "member"}, format="json")
+    response = client_for(world.users[who]).post(
+        f"{API}/teams/{world.team_nlp.pk}/members/", {"username": "chen", "role": "member"}, format="json"
+    )
 
     assert response.status_code == 403
     assert not Membership.objects.filter(team=world.team_nlp, user=world.chen).exists()
 
 
 def test_a_manager_of_another_team_may_not_change_members(world, client_for):
-    response = client_for(world.ben).post(f"{API}/teams/{world.team_vision.pk}/members/",
-                                          {"username": "ana", "role": "member"}, format="json")
+    response = client_for(world.ben).post(
+        f"{API}/teams/{world.team_vision.pk}/members/", {"username": "ana", "role": "member"}, format="json"
+    )
 
     assert response.status_code == 403
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"username": "nobody", "role": "member"}, "username"),
-    ({"username": "chen", "role": "owner"}, "role"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"username": "nobody", "role": "member"}, "username"),
+        ({"username": "chen", "role": "owner"}, "role"),
+    ],
+)
 def test_unknown_user_or_role_is_a_400_naming_it(world, client_for, body, field):
     response = client_for(world.ben).post(f"{API}/teams/{world.team_nlp.pk}/members/", body, format="json")
 
@@ -180,16 +202,23 @@ def test_deleting_a_team_that_owns_shares_is_409(world, client_for):
 
 
 def test_staff_creates_an_environment_with_its_capacities(world, client_for):
-    response = client_for(world.admin).post(f"{API}/service-environments/", {
-        "name": "spare-fleet", "executor": "external",
-        "capacity_limits": caps(P5=2, G5=0),
-    }, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/service-environments/",
+        {
+            "name": "spare-fleet",
+            "executor": "external",
+            "capacity_limits": caps(P5=2, G5=0),
+        },
+        format="json",
+    )
 
     assert response.status_code == 201, response.json()
     body = response.json()
     assert body["state"] == "ENABLED"
-    assert body["capacity_limits"] == [{"instance_type": G5, "max_capacity": 0},
-                                       {"instance_type": P5, "max_capacity": 2}]
+    assert body["capacity_limits"] == [
+        {"instance_type": G5, "max_capacity": 0},
+        {"instance_type": P5, "max_capacity": 2},
+    ]
     [event] = audit("scheduling.ServiceEnvironment", "created")
     assert event.data["after"]["capacity_limits"] == {P5: 2, G5: 0}
 
@@ -197,14 +226,21 @@ def test_staff_creates_an_environment_with_its_capacities(world, client_for):
 def test_environment_capacity_below_the_shares_limits_is_a_400_and_nothing_changes(world, client_for):
     environment = world.queue.service_environment
 
-    response = client_for(world.admin).patch(f"{API}/service-environments/{environment.pk}/", {
-        "capacity_limits": caps(P5=2, P4=16, G5=24),
-    }, format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/service-environments/{environment.pk}/",
+        {
+            "capacity_limits": caps(P5=2, P4=16, G5=24),
+        },
+        format="json",
+    )
 
     assert response.status_code == 400
-    assert response.json() == {"capacity_limits": [
-        "ml.p5.48xlarge: the shares of queue training hold limits totalling 4, so capacity cannot be 2; "
-        "lower those limits first"]}
+    assert response.json() == {
+        "capacity_limits": [
+            "ml.p5.48xlarge: the shares of queue training hold limits totalling 4, so capacity cannot be 2; "
+            "lower those limits first"
+        ]
+    }
     assert environment.capacity_by_type()[P5] == 8
     assert audit("scheduling.ServiceEnvironment", "changed") == []
 
@@ -212,9 +248,13 @@ def test_environment_capacity_below_the_shares_limits_is_a_400_and_nothing_chang
 def test_environment_capacities_are_written_whole(world, client_for):
     environment = world.queue.service_environment
 
-    response = client_for(world.admin).patch(f"{API}/service-environments/{environment.pk}/", {
-        "capacity_limits": caps(P5=10, P4=10, G5=8),
-    }, format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/service-environments/{environment.pk}/",
+        {
+            "capacity_limits": caps(P5=10, P4=10, G5=8),
+        },
+        format="json",
+    )
 
     assert response.status_code == 200, response.json()
     assert environment.capacity_by_type() == {P5: 10, P4: 10, G5: 8}
@@ -224,10 +264,17 @@ def test_environment_capacities_are_written_whole(world, client_for):
 
 
 def test_a_type_listed_twice_in_capacities_is_a_400(world, client_for):
-    response = client_for(world.admin).post(f"{API}/service-environments/", {
-        "name": "twice", "capacity_limits": [{"instance_type": P5, "max_capacity": 1},
-                                             {"instance_type": P5, "max_capacity": 2}],
-    }, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/service-environments/",
+        {
+            "name": "twice",
+            "capacity_limits": [
+                {"instance_type": P5, "max_capacity": 1},
+                {"instance_type": P5, "max_capacity": 2},
+            ],
+        },
+        format="json",
+    )
 
     assert response.status_code == 400
     assert response.json() == {"capacity_limits": ["instance type ml.p5.48xlarge is listed more than once"]}
@@ -235,10 +282,17 @@ def test_a_type_listed_twice_in_capacities_is_a_400(world, client_for):
 
 
 def test_an_unknown_type_in_nested_limits_names_its_path(world, client_for):
-    response = client_for(world.admin).post(f"{API}/service-environments/", {
-        "name": "x", "capacity_limits": [{"instance_type": P5, "max_capacity": 1},
-                                         {"instance_type": "ml.nope", "max_capacity": -1}],
-    }, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/service-environments/",
+        {
+            "name": "x",
+            "capacity_limits": [
+                {"instance_type": P5, "max_capacity": 1},
+                {"instance_type": "ml.nope", "max_capacity": -1},
+            ],
+        },
+        format="json",
+    )
 
     assert response.status_code == 400
     assert set(response.json()) == {"capacity_limits[1].instance_type", "capacity_limits[1].max_capacity"}
@@ -259,28 +313,38 @@ def test_deleting_an_environment_that_serves_a_queue_is_409(world, client_for):
 def test_staff_creates_a_queue_on_a_free_environment(world, client_for):
     ServiceEnvironmentFactory(name="spare")
 
-    response = client_for(world.admin).post(f"{API}/job-queues/", {
-        "name": "batch", "priority": 10, "service_environment": "spare"}, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/job-queues/", {"name": "batch", "priority": 10, "service_environment": "spare"}, format="json"
+    )
 
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert body == {"id": body["id"], "name": "batch", "priority": 10, "state": "ENABLED",
-                    "service_environment": "spare", "ordering": "BEST_EFFORT_FIFO"}
+    assert body == {
+        "id": body["id"],
+        "name": "batch",
+        "priority": 10,
+        "state": "ENABLED",
+        "service_environment": "spare",
+        "ordering": "BEST_EFFORT_FIFO",
+    }
     assert len(audit("scheduling.JobQueue", "created")) == 1
 
 
 def test_an_environment_serves_one_queue_only(world, client_for):
-    response = client_for(world.admin).post(f"{API}/job-queues/", {
-        "name": "batch", "service_environment": "gpu-fleet"}, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/job-queues/", {"name": "batch", "service_environment": "gpu-fleet"}, format="json"
+    )
 
     assert response.status_code == 400
     assert response.json() == {
-        "service_environment": ["this service environment already serves another job queue"]}
+        "service_environment": ["this service environment already serves another job queue"]
+    }
 
 
 def test_queue_priority_above_1000_is_a_400(world, client_for):
-    response = client_for(world.admin).patch(f"{API}/job-queues/{world.queue.pk}/", {"priority": 1001},
-                                             format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/job-queues/{world.queue.pk}/", {"priority": 1001}, format="json"
+    )
 
     assert response.status_code == 400
     assert list(response.json()) == ["priority"]
@@ -288,11 +352,13 @@ def test_queue_priority_above_1000_is_a_400(world, client_for):
 
 def test_moving_a_queue_to_a_too_small_environment_is_a_400_naming_service_environment(world, client_for):
     small = ServiceEnvironmentFactory(name="small")
-    EnvironmentCapacity.objects.create(service_environment=small, max_capacity=1,
-                                       instance_type=InstanceType.objects.get(name=P5))
+    EnvironmentCapacity.objects.create(
+        service_environment=small, max_capacity=1, instance_type=InstanceType.objects.get(name=P5)
+    )
 
-    response = client_for(world.admin).patch(f"{API}/job-queues/{world.queue.pk}/",
-                                             {"service_environment": "small"}, format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/job-queues/{world.queue.pk}/", {"service_environment": "small"}, format="json"
+    )
 
     assert response.status_code == 400
     assert list(response.json()) == ["service_environment"]
@@ -332,71 +398,114 @@ def test_quota_shares_filter_by_queue_name(world, client_for):
     training = client.get(f"{API}/quota-shares/?job_queue=training").json()
     everything = client.get(f"{API}/quota-shares/").json()
 
-    assert [(s["job_queue"], s["name"]) for s in training["results"]] == [("training", "nlp"),
-                                                                           ("training", "vision")]
+    assert [(s["job_queue"], s["name"]) for s in training["results"]] == [
+        ("training", "nlp"),
+        ("training", "vision"),
+    ]
     assert everything["count"] == 3
 
 
 def test_a_share_reads_with_names_and_its_limits(world, client_for):
     body = client_for(world.ana).get(f"{API}/quota-shares/{world.nlp.pk}/").json()
 
-    assert body == {"id": world.nlp.pk, "name": "nlp", "job_queue": "training", "team": "nlp",
-                    "capacity_limits": [{"instance_type": P4, "max_capacity": 4},
-                                        {"instance_type": P5, "max_capacity": 4}],
-                    "strategy": "RESERVE", "borrow_limit": -1, "in_share_preemption": False,
-                    "state": "ENABLED"}
+    assert body == {
+        "id": world.nlp.pk,
+        "name": "nlp",
+        "job_queue": "training",
+        "team": "nlp",
+        "capacity_limits": [
+            {"instance_type": P4, "max_capacity": 4},
+            {"instance_type": P5, "max_capacity": 4},
+        ],
+        "strategy": "RESERVE",
+        "borrow_limit": -1,
+        "in_share_preemption": False,
+        "state": "ENABLED",
+    }
 
 
 def test_staff_creates_a_share_within_the_spare_capacity(world, client_for):
-    response = client_for(world.admin).post(f"{API}/quota-shares/", {
-        "name": "speech", "job_queue": "training", "team": "vision", "strategy": "LEND",
-        "capacity_limits": caps(P4=6, G5=16),
-    }, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/quota-shares/",
+        {
+            "name": "speech",
+            "job_queue": "training",
+            "team": "vision",
+            "strategy": "LEND",
+            "capacity_limits": caps(P4=6, G5=16),
+        },
+        format="json",
+    )
 
     assert response.status_code == 201, response.json()
     share = QuotaShare.objects.get(name="speech")
     assert {limit.instance_type.name: limit.max_capacity for limit in share.capacity_limits.all()} == {
-        P4: 6, G5: 16}
+        P4: 6,
+        G5: 16,
+    }
     [event] = audit("scheduling.QuotaShare", "created")
     assert event.quota_share == share
     assert event.data["after"]["capacity_limits"] == {P4: 6, G5: 16}
 
 
 def test_share_limits_over_the_environments_capacity_are_a_400_and_nothing_is_created(world, client_for):
-    response = client_for(world.admin).post(f"{API}/quota-shares/", {
-        "name": "speech", "job_queue": "training", "team": "vision",
-        "capacity_limits": [{"instance_type": P5, "max_capacity": 5}],
-    }, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/quota-shares/",
+        {
+            "name": "speech",
+            "job_queue": "training",
+            "team": "vision",
+            "capacity_limits": [{"instance_type": P5, "max_capacity": 5}],
+        },
+        format="json",
+    )
 
     assert response.status_code == 400
-    assert response.json() == {"capacity_limits": [
-        "ml.p5.48xlarge: limits would total 9 but the environment has 8 (other shares hold 4, "
-        "so at most 4 is left)"]}
+    assert response.json() == {
+        "capacity_limits": [
+            "ml.p5.48xlarge: limits would total 9 but the environment has 8 (other shares hold 4, "
+            "so at most 4 is left)"
+        ]
+    }
     assert not QuotaShare.objects.filter(name="speech").exists()
     assert audit("scheduling.QuotaShare", "created") == []
 
 
 def test_share_rules_report_every_field_at_once(world, client_for):
-    response = client_for(world.admin).post(f"{API}/quota-shares/", {
-        "name": "nlp", "job_queue": "training", "team": "nlp", "strategy": "RESERVE", "borrow_limit": 50,
-        "capacity_limits": [],
-    }, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/quota-shares/",
+        {
+            "name": "nlp",
+            "job_queue": "training",
+            "team": "nlp",
+            "strategy": "RESERVE",
+            "borrow_limit": 50,
+            "capacity_limits": [],
+        },
+        format="json",
+    )
 
     assert response.status_code == 400
     assert set(response.json()) == {"name", "borrow_limit", "capacity_limits"}
 
 
 def test_a_share_limit_of_zero_is_refused_by_the_share_rule(world, client_for):
-    response = client_for(world.admin).patch(f"{API}/quota-shares/{world.nlp.pk}/", {
-        "capacity_limits": [{"instance_type": P5, "max_capacity": 0}]}, format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/quota-shares/{world.nlp.pk}/",
+        {"capacity_limits": [{"instance_type": P5, "max_capacity": 0}]},
+        format="json",
+    )
 
     assert response.status_code == 400
     assert response.json() == {"capacity_limits": ["ml.p5.48xlarge: max_capacity must be at least 1"]}
 
 
 def test_share_limits_are_replaced_whole_on_patch(world, client_for):
-    response = client_for(world.admin).patch(f"{API}/quota-shares/{world.nlp.pk}/", {
-        "capacity_limits": [{"instance_type": P5, "max_capacity": 8}]}, format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/quota-shares/{world.nlp.pk}/",
+        {"capacity_limits": [{"instance_type": P5, "max_capacity": 8}]},
+        format="json",
+    )
 
     assert response.status_code == 200, response.json()
     assert response.json()["capacity_limits"] == [{"instance_type": P5, "max_capacity": 8}]
@@ -412,8 +521,10 @@ def test_patching_a_share_without_limits_keeps_them_and_still_checks_the_rule(wo
     refused = client.patch(f"{API}/quota-shares/{world.nlp.pk}/", {"borrow_limit": 50}, format="json")
 
     assert ok.status_code == 200
-    assert ok.json()["capacity_limits"] == [{"instance_type": G5, "max_capacity": 8},
-                                            {"instance_type": P4, "max_capacity": 6}]
+    assert ok.json()["capacity_limits"] == [
+        {"instance_type": G5, "max_capacity": 8},
+        {"instance_type": P4, "max_capacity": 6},
+    ]
     assert refused.status_code == 400
     assert list(refused.json()) == ["borrow_limit"]
 
@@ -421,8 +532,9 @@ def test_patching_a_share_without_limits_keeps_them_and_still_checks_the_rule(wo
 def test_a_share_cannot_move_to_another_queue(world, client_for):
     JobQueue.objects.create(name="other", service_environment=ServiceEnvironmentFactory())
 
-    response = client_for(world.admin).patch(f"{API}/quota-shares/{world.nlp.pk}/", {"job_queue": "other"},
-                                             format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/quota-shares/{world.nlp.pk}/", {"job_queue": "other"}, format="json"
+    )
 
     assert response.status_code == 400
     assert list(response.json()) == ["job_queue"]
@@ -468,10 +580,19 @@ def test_a_plan_not_yet_started_has_no_available_instances(world, client_for):
     start = timezone.now() + timedelta(days=2)
     client = client_for(world.admin)
 
-    response = client.post(f"{API}/training-plans/", {
-        "name": "jan-p4", "job_queue": "training", "instance_type": P4, "instance_count": 2,
-        "start_time": start.isoformat(), "end_time": (start + timedelta(days=5)).isoformat(),
-        "quota_shares": ["nlp", "vision"]}, format="json")
+    response = client.post(
+        f"{API}/training-plans/",
+        {
+            "name": "jan-p4",
+            "job_queue": "training",
+            "instance_type": P4,
+            "instance_count": 2,
+            "start_time": start.isoformat(),
+            "end_time": (start + timedelta(days=5)).isoformat(),
+            "quota_shares": ["nlp", "vision"],
+        },
+        format="json",
+    )
 
     assert response.status_code == 201, response.json()
     body = response.json()
@@ -485,25 +606,36 @@ def test_a_plan_not_yet_started_has_no_available_instances(world, client_for):
 def test_a_plan_that_ends_before_it_starts_is_a_400_naming_end_time(world, client_for):
     start = timezone.now()
 
-    response = client_for(world.admin).post(f"{API}/training-plans/", {
-        "name": "bad", "job_queue": "training", "instance_type": P4, "instance_count": 2,
-        "start_time": start.isoformat(), "end_time": (start - timedelta(hours=1)).isoformat()}, format="json")
+    response = client_for(world.admin).post(
+        f"{API}/training-plans/",
+        {
+            "name": "bad",
+            "job_queue": "training",
+            "instance_type": P4,
+            "instance_count": 2,
+            "start_time": start.isoformat(),
+            "end_time": (start - timedelta(hours=1)).isoformat(),
+        },
+        format="json",
+    )
 
     assert response.status_code == 400
     assert response.json() == {"end_time": ["end_time must be after start_time"]}
 
 
 def test_a_plan_open_to_an_unknown_share_is_a_400_naming_quota_shares(world, client_for):
-    response = client_for(world.admin).patch(f"{API}/training-plans/{world.plan.pk}/",
-                                             {"quota_shares": ["nlp", "ghost"]}, format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/training-plans/{world.plan.pk}/", {"quota_shares": ["nlp", "ghost"]}, format="json"
+    )
 
     assert response.status_code == 400
     assert response.json() == {"quota_shares": ["queue training has no quota share named ghost"]}
 
 
 def test_a_plans_shares_are_replaced_on_patch(world, client_for):
-    response = client_for(world.admin).patch(f"{API}/training-plans/{world.plan.pk}/",
-                                             {"quota_shares": []}, format="json")
+    response = client_for(world.admin).patch(
+        f"{API}/training-plans/{world.plan.pk}/", {"quota_shares": []}, format="json"
+    )
 
     assert response.status_code == 200
     assert response.json()["quota_shares"] == []
@@ -518,4 +650,5 @@ def test_a_plan_named_by_a_job_cannot_be_deleted(world, client_for):
 
     assert response.status_code == 409
     assert response.json()["detail"] == (
-        "training plan nlp-p5-december is still referenced by 1 job preference; remove those first")
+        "training plan nlp-p5-december is still referenced by 1 job preference; remove those first"
+    )

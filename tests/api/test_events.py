@@ -23,17 +23,40 @@ def history(world):
     nlp_job = job_in(world.nlp, [(P5, 1)], name="secret-nlp", payload={"token": "s3cr3t"})
     vision_job = job_in(world.vision, [(P4, 1)], name="vision-job", payload={"token": "v1s10n"})
     rows = [
-        Event.objects.create(kind=EventKind.SUBMITTED, job=nlp_job, quota_share=world.nlp,
-                             job_queue=world.queue, message="submitted", created_at=start),
-        Event.objects.create(kind=EventKind.ADMITTED, job=nlp_job, quota_share=world.nlp,
-                             job_queue=world.queue, message="admitted",
-                             created_at=start + timedelta(minutes=1)),
-        Event.objects.create(kind=EventKind.SUBMITTED, job=vision_job, quota_share=world.vision,
-                             job_queue=world.queue, message="submitted",
-                             created_at=start + timedelta(minutes=2)),
-        Event.objects.create(kind=EventKind.PREEMPTED_RECLAIM, job=vision_job, other_job=nlp_job,
-                             quota_share=world.vision, other_share=world.nlp, job_queue=world.queue,
-                             message="reclaimed", created_at=start + timedelta(minutes=3)),
+        Event.objects.create(
+            kind=EventKind.SUBMITTED,
+            job=nlp_job,
+            quota_share=world.nlp,
+            job_queue=world.queue,
+            message="submitted",
+            created_at=start,
+        ),
+        Event.objects.create(
+            kind=EventKind.ADMITTED,
+            job=nlp_job,
+            quota_share=world.nlp,
+            job_queue=world.queue,
+            message="admitted",
+            created_at=start + timedelta(minutes=1),
+        ),
+        Event.objects.create(
+            kind=EventKind.SUBMITTED,
+            job=vision_job,
+            quota_share=world.vision,
+            job_queue=world.queue,
+            message="submitted",
+            created_at=start + timedelta(minutes=2),
+        ),
+        Event.objects.create(
+            kind=EventKind.PREEMPTED_RECLAIM,
+            job=vision_job,
+            other_job=nlp_job,
+            quota_share=world.vision,
+            other_share=world.nlp,
+            job_queue=world.queue,
+            message="reclaimed",
+            created_at=start + timedelta(minutes=3),
+        ),
     ]
     return {"events": rows, "nlp_job": nlp_job, "vision_job": vision_job}
 
@@ -53,10 +76,18 @@ def test_other_teams_jobs_appear_in_events_without_their_payload(world, client_f
     assert b"s3cr3t" not in response.content
     assert b"v1s10n" not in response.content
     reclaim = response.json()["results"][0]
-    assert reclaim["job"] == {"id": history["vision_job"].pk, "name": "vision-job", "team": "vision",
-                              "status": "RUNNABLE"}
-    assert reclaim["other_job"] == {"id": history["nlp_job"].pk, "name": "secret-nlp", "team": "nlp",
-                                    "status": "RUNNABLE"}
+    assert reclaim["job"] == {
+        "id": history["vision_job"].pk,
+        "name": "vision-job",
+        "team": "vision",
+        "status": "RUNNABLE",
+    }
+    assert reclaim["other_job"] == {
+        "id": history["nlp_job"].pk,
+        "name": "secret-nlp",
+        "team": "nlp",
+        "status": "RUNNABLE",
+    }
     assert (reclaim["quota_share"], reclaim["other_share"]) == ("vision", "nlp")
     assert reclaim["job_queue"] == "training"
 
@@ -64,18 +95,34 @@ def test_other_teams_jobs_appear_in_events_without_their_payload(world, client_f
 def test_an_event_body_names_its_references(world, client_for, history):
     body = client_for(world.ana).get(EVENTS).json()["results"][-1]
 
-    assert set(body) == {"id", "kind", "job_queue", "job", "quota_share", "other_job", "other_share",
-                         "instance_type", "instances", "actor", "message", "data", "created_at"}
+    assert set(body) == {
+        "id",
+        "kind",
+        "job_queue",
+        "job",
+        "quota_share",
+        "other_job",
+        "other_share",
+        "instance_type",
+        "instances",
+        "actor",
+        "message",
+        "data",
+        "created_at",
+    }
     assert (body["kind"], body["other_job"], body["actor"]) == ("SUBMITTED", None, None)
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("kind=SUBMITTED", [2, 0]),
-    ("kind=PREEMPTED_RECLAIM", [3]),
-    ("quota_share=nlp", [1, 0]),
-    ("quota_share=vision", [3, 2]),
-    ("quota_share=vision&kind=SUBMITTED", [2]),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("kind=SUBMITTED", [2, 0]),
+        ("kind=PREEMPTED_RECLAIM", [3]),
+        ("quota_share=nlp", [1, 0]),
+        ("quota_share=vision", [3, 2]),
+        ("quota_share=vision&kind=SUBMITTED", [2]),
+    ],
+)
 def test_event_filters(world, client_for, history, query, expected):
     events = history["events"]
 

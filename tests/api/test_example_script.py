@@ -32,11 +32,28 @@ def passes_after_each_submission(monkeypatch):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_example_submits_a_batch_and_waits_until_every_job_is_placed(
-        world, live_server, passes_after_each_submission, capsys):
+    world, live_server, passes_after_each_submission, capsys
+):
     token = Token.objects.create(user=world.ana)
     main = runpy.run_path(str(SCRIPT))["main"]
-    argv = ["--url", live_server.url, "--token", token.key, "--count", "3", "--queue", "training",
-            "--share", "nlp", "--batch", "nightly", "--interval", "0.05", "--timeout", "30"]
+    argv = [
+        "--url",
+        live_server.url,
+        "--token",
+        token.key,
+        "--count",
+        "3",
+        "--queue",
+        "training",
+        "--share",
+        "nlp",
+        "--batch",
+        "nightly",
+        "--interval",
+        "0.05",
+        "--timeout",
+        "30",
+    ]
 
     first = main(argv)
     first_out = capsys.readouterr().out
@@ -60,8 +77,18 @@ def test_the_example_stops_on_a_refused_submission(world, live_server, capsys):
     main = runpy.run_path(str(SCRIPT))["main"]
 
     with pytest.raises(SystemExit) as exit_:
-        main(["--url", live_server.url, "--token", token.key, "--share", "vision",
-              "--prefer", "ml.p4d.24xlarge:1"])
+        main(
+            [
+                "--url",
+                live_server.url,
+                "--token",
+                token.key,
+                "--share",
+                "vision",
+                "--prefer",
+                "ml.p4d.24xlarge:1",
+            ]
+        )
 
     assert exit_.value.code == 1
     assert "HTTP 403: you are not a member of team Vision" in capsys.readouterr().err

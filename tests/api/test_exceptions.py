@@ -25,13 +25,21 @@ def test_a_django_validation_error_dict_is_a_400_with_its_fields():
 
 def test_model_wide_errors_and_plain_messages_are_non_field_errors():
     assert answer(ValidationError({"__all__": ["ends before it starts"]})) == (
-        400, {"non_field_errors": ["ends before it starts"]})
+        400,
+        {"non_field_errors": ["ends before it starts"]},
+    )
     assert answer(ValidationError("no")) == (400, {"non_field_errors": ["no"]})
 
 
-@pytest.mark.parametrize(("error", "status"), [
-    (DomainError("bad"), 400), (NotAllowed("bad"), 403), (NotFound("bad"), 404), (Conflict("bad"), 409),
-])
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (DomainError("bad"), 400),
+        (NotAllowed("bad"), 403),
+        (NotFound("bad"), 404),
+        (Conflict("bad"), 409),
+    ],
+)
 def test_domain_errors_answer_with_their_status_and_detail(error, status):
     assert answer(error) == (status, {"detail": "bad"})
 

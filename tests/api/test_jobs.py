@@ -43,21 +43,44 @@ def test_job_body_has_exactly_the_fields_of_the_spec(world, client_for):
     body = client_for(world.ana).post(JOBS, submission(), format="json").json()
 
     assert set(body) == {
-        "id", "name", "job_queue", "quota_share", "team", "submitted_by", "scheduling_priority",
-        "instance_preferences", "retry_attempts", "preemption_retries_before_termination",
-        "max_pending_seconds", "duration_seconds", "payload", "client_token", "status", "status_reason",
-        "selected_instance_type", "selected_instance_count", "selected_training_plan", "borrowed_instances",
-        "queue_position", "preemption_count", "attempts", "created_at", "scheduled_at", "started_at",
+        "id",
+        "name",
+        "job_queue",
+        "quota_share",
+        "team",
+        "submitted_by",
+        "scheduling_priority",
+        "instance_preferences",
+        "retry_attempts",
+        "preemption_retries_before_termination",
+        "max_pending_seconds",
+        "duration_seconds",
+        "payload",
+        "client_token",
+        "status",
+        "status_reason",
+        "selected_instance_type",
+        "selected_instance_count",
+        "selected_training_plan",
+        "borrowed_instances",
+        "queue_position",
+        "preemption_count",
+        "attempts",
+        "created_at",
+        "scheduled_at",
+        "started_at",
         "stopped_at",
     }
 
 
 def test_unknown_names_are_400s_naming_the_exact_field_path_and_nothing_is_created(world, client_for):
-    body = submission(instance_preferences=[
-        {"instance_type": P5, "instance_count": 1},
-        {"instance_type": "ml.x", "instance_count": 1},
-        {"instance_type": P4, "instance_count": 1, "training_plan": "no-such-plan"},
-    ])
+    body = submission(
+        instance_preferences=[
+            {"instance_type": P5, "instance_count": 1},
+            {"instance_type": "ml.x", "instance_count": 1},
+            {"instance_type": P4, "instance_count": 1, "training_plan": "no-such-plan"},
+        ]
+    )
 
     response = client_for(world.ana).post(JOBS, body, format="json")
 
@@ -94,11 +117,13 @@ def test_submitting_to_another_teams_share_is_403(world, client_for):
 
 
 def test_rule_errors_name_the_entry_at_fault(world, client_for):
-    body = submission(instance_preferences=[
-        {"instance_type": P5, "instance_count": 2},
-        {"instance_type": P5, "instance_count": 2},
-        {"instance_type": P4, "instance_count": 99},
-    ])
+    body = submission(
+        instance_preferences=[
+            {"instance_type": P5, "instance_count": 2},
+            {"instance_type": P5, "instance_count": 2},
+            {"instance_type": P4, "instance_count": 99},
+        ]
+    )
 
     response = client_for(world.ana).post(JOBS, body, format="json")
 
@@ -106,19 +131,24 @@ def test_rule_errors_name_the_entry_at_fault(world, client_for):
     errors = response.json()
     assert set(errors) == {"instance_preferences[1]", "instance_preferences[2].instance_count"}
     assert errors["instance_preferences[2].instance_count"] == [
-        "ml.p4d.24xlarge x99 can never run: the environment has 16"]
+        "ml.p4d.24xlarge x99 can never run: the environment has 16"
+    ]
     assert not Job.objects.exists()
 
 
 def test_plan_of_another_type_names_the_entrys_training_plan(world, client_for):
-    body = submission(instance_preferences=[
-        {"instance_type": P4, "instance_count": 1, "training_plan": "nlp-p5-december"}])
+    body = submission(
+        instance_preferences=[{"instance_type": P4, "instance_count": 1, "training_plan": "nlp-p5-december"}]
+    )
 
     response = client_for(world.ana).post(JOBS, body, format="json")
 
     assert response.status_code == 400
-    assert response.json() == {"instance_preferences[0].training_plan": [
-        "plan nlp-p5-december reserves ml.p5.48xlarge, not ml.p4d.24xlarge"]}
+    assert response.json() == {
+        "instance_preferences[0].training_plan": [
+            "plan nlp-p5-december reserves ml.p5.48xlarge, not ml.p4d.24xlarge"
+        ]
+    }
 
 
 def test_more_than_five_preferences_is_a_400_naming_instance_preferences(world, client_for):
@@ -138,14 +168,20 @@ def test_an_empty_preference_list_is_a_400(world, client_for):
 
 
 def test_bad_numbers_are_400s_naming_each_field_at_once(world, client_for):
-    body = submission(scheduling_priority=10000, retry_attempts=0,
-                      instance_preferences=[{"instance_type": P5, "instance_count": 0}])
+    body = submission(
+        scheduling_priority=10000,
+        retry_attempts=0,
+        instance_preferences=[{"instance_type": P5, "instance_count": 0}],
+    )
 
     response = client_for(world.ana).post(JOBS, body, format="json")
 
     assert response.status_code == 400
-    assert set(response.json()) == {"scheduling_priority", "retry_attempts",
-                                    "instance_preferences[0].instance_count"}
+    assert set(response.json()) == {
+        "scheduling_priority",
+        "retry_attempts",
+        "instance_preferences[0].instance_count",
+    }
 
 
 def test_a_payload_that_is_not_an_object_is_a_400_naming_payload(world, client_for):
@@ -225,16 +261,19 @@ def test_staff_and_executors_see_every_job(world, client_for):
     assert client_for(world.executor).get(JOBS).json()["count"] == 2
 
 
-@pytest.mark.parametrize(("query", "names"), [
-    ("status=RUNNABLE", {"a", "b"}),
-    ("status=SCHEDULED", {"c"}),
-    ("quota_share=nlp", {"a", "c"}),
-    ("quota_share=vision", {"b"}),
-    ("job_queue=training", {"a", "b", "c"}),
-    ("job_queue=other", set()),
-    ("team=vision", {"b"}),
-    ("team=nlp&status=RUNNABLE", {"a"}),
-])
+@pytest.mark.parametrize(
+    ("query", "names"),
+    [
+        ("status=RUNNABLE", {"a", "b"}),
+        ("status=SCHEDULED", {"c"}),
+        ("quota_share=nlp", {"a", "c"}),
+        ("quota_share=vision", {"b"}),
+        ("job_queue=training", {"a", "b", "c"}),
+        ("job_queue=other", set()),
+        ("team=vision", {"b"}),
+        ("team=nlp&status=RUNNABLE", {"a"}),
+    ],
+)
 def test_job_filters(world, client_for, query, names):
     job_in(world.nlp, [(P5, 1)], name="a")
     job_in(world.vision, [(P4, 1)], name="b")
@@ -262,8 +301,13 @@ def test_a_placed_job_shows_its_selection_and_attempts(world, client_for):
     assert body["selected_instance_count"] == 2
     assert body["selected_training_plan"] is None
     assert len(body["attempts"]) == 1
-    assert set(body["attempts"][0]) == {"instance_type", "training_plan", "scheduled_at", "stopped_at",
-                                        "status_reason"}
+    assert set(body["attempts"][0]) == {
+        "instance_type",
+        "training_plan",
+        "scheduled_at",
+        "stopped_at",
+        "status_reason",
+    }
 
 
 # --- priority --------------------------------------------------------------------------------------------
@@ -284,8 +328,9 @@ def test_submitter_changes_the_priority(world, client_for):
 def test_patching_any_other_field_is_a_400_naming_it(world, client_for):
     job = job_in(world.nlp, [(P5, 1)], user=world.ana)
 
-    response = client_for(world.ana).patch(f"{JOBS}{job.pk}/", {"scheduling_priority": 5, "name": "x",
-                                                                 "status": "RUNNING"}, format="json")
+    response = client_for(world.ana).patch(
+        f"{JOBS}{job.pk}/", {"scheduling_priority": 5, "name": "x", "status": "RUNNING"}, format="json"
+    )
 
     assert response.status_code == 400
     assert set(response.json()) == {"name", "status"}
@@ -390,8 +435,9 @@ def test_an_unknown_reported_status_is_a_400_naming_status(world, client_for):
 def test_a_failure_with_retries_left_returns_the_job_to_runnable(world, client_for):
     job = placed(job_in(world.nlp, [(P5, 2)], retry_attempts=2))
 
-    response = client_for(world.admin).post(f"{JOBS}{job.pk}/report/", {"status": "FAILED", "reason": "oom"},
-                                            format="json")
+    response = client_for(world.admin).post(
+        f"{JOBS}{job.pk}/report/", {"status": "FAILED", "reason": "oom"}, format="json"
+    )
 
     assert response.status_code == 200
     assert response.json()["status"] == "RUNNABLE"

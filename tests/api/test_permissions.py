@@ -37,8 +37,17 @@ def later(days: int) -> str:
 # (method, path, body, expected status per role; "*" = every role not named)
 CASES = [
     # configuration: read by anyone signed in, written by staff
-    *[("GET", f"/{resource}/", None, SIGNED_IN) for resource in (
-        "instance-types", "teams", "service-environments", "job-queues", "quota-shares", "training-plans")],
+    *[
+        ("GET", f"/{resource}/", None, SIGNED_IN)
+        for resource in (
+            "instance-types",
+            "teams",
+            "service-environments",
+            "job-queues",
+            "quota-shares",
+            "training-plans",
+        )
+    ],
     ("GET", "/instance-types/{p5}/", None, SIGNED_IN),
     ("GET", "/teams/{team_nlp}/", None, SIGNED_IN),
     ("GET", "/service-environments/{environment}/", None, SIGNED_IN),
@@ -51,37 +60,74 @@ CASES = [
     ("POST", "/teams/", {"name": "Speech", "slug": "speech"}, {**STAFF_ONLY, "admin": 201}),
     ("PATCH", "/teams/{team_nlp}/", {"name": "Language"}, {**STAFF_ONLY, "admin": 200}),
     ("DELETE", "/teams/{team_nlp}/", None, {**STAFF_ONLY, "admin": 409}),  # it owns shares
-    ("POST", "/service-environments/", {"name": "spare", "capacity_limits": []},
-     {**STAFF_ONLY, "admin": 201}),
+    (
+        "POST",
+        "/service-environments/",
+        {"name": "spare", "capacity_limits": []},
+        {**STAFF_ONLY, "admin": 201},
+    ),
     ("PATCH", "/service-environments/{environment}/", {"executor": "external"}, {**STAFF_ONLY, "admin": 200}),
     ("DELETE", "/service-environments/{environment}/", None, {**STAFF_ONLY, "admin": 409}),  # serves a queue
     ("POST", "/job-queues/", {"name": "q2", "service_environment": "free-env"}, {**STAFF_ONLY, "admin": 201}),
     ("PATCH", "/job-queues/{queue}/", {"priority": 7}, {**STAFF_ONLY, "admin": 200}),
     ("DELETE", "/job-queues/{queue}/", None, {**STAFF_ONLY, "admin": 400}),  # enabled: disable it first
-    ("POST", "/quota-shares/", {"name": "speech", "job_queue": "training", "team": "vision",
-                                "capacity_limits": [{"instance_type": P4, "max_capacity": 2}]},
-     {**STAFF_ONLY, "admin": 201}),
+    (
+        "POST",
+        "/quota-shares/",
+        {
+            "name": "speech",
+            "job_queue": "training",
+            "team": "vision",
+            "capacity_limits": [{"instance_type": P4, "max_capacity": 2}],
+        },
+        {**STAFF_ONLY, "admin": 201},
+    ),
     ("PATCH", "/quota-shares/{nlp}/", {"in_share_preemption": True}, {**STAFF_ONLY, "admin": 200}),
     ("DELETE", "/quota-shares/{nlp}/", None, {**STAFF_ONLY, "admin": 400}),  # enabled: disable it first
-    ("POST", "/training-plans/", {"name": "jan", "job_queue": "training", "instance_type": P4,
-                                  "instance_count": 1, "start_time": later(1), "end_time": later(2)},
-     {**STAFF_ONLY, "admin": 201}),
+    (
+        "POST",
+        "/training-plans/",
+        {
+            "name": "jan",
+            "job_queue": "training",
+            "instance_type": P4,
+            "instance_count": 1,
+            "start_time": later(1),
+            "end_time": later(2),
+        },
+        {**STAFF_ONLY, "admin": 201},
+    ),
     ("PATCH", "/training-plans/{plan}/", {"instance_count": 5}, {**STAFF_ONLY, "admin": 200}),
     ("DELETE", "/training-plans/{unused_plan}/", None, {**STAFF_ONLY, "admin": 204}),
     # team membership: staff and the team's managers
-    ("POST", "/teams/{team_nlp}/members/", {"username": "chen", "role": "member"},
-     {"anonymous": 401, "ben": 201, "admin": 201, "*": 403}),
+    (
+        "POST",
+        "/teams/{team_nlp}/members/",
+        {"username": "chen", "role": "member"},
+        {"anonymous": 401, "ben": 201, "admin": 201, "*": 403},
+    ),
     # jobs: the team's members; another team's job is a 404
     ("GET", "/jobs/", None, SIGNED_IN),
-    ("POST", "/jobs/", submission(),
-     {"anonymous": 401, "chen": 403, "executor": 403, "*": 201}),
+    ("POST", "/jobs/", submission(), {"anonymous": 401, "chen": 403, "executor": 403, "*": 201}),
     ("GET", "/jobs/{job}/", None, {"anonymous": 401, "chen": 404, "*": 200}),
-    ("PATCH", "/jobs/{job}/", {"scheduling_priority": 9},
-     {"anonymous": 401, "ana": 403, "chen": 404, "executor": 403, "*": 200}),
-    ("POST", "/jobs/{job}/cancel/", {},
-     {"anonymous": 401, "ana": 403, "chen": 404, "executor": 403, "*": 200}),
-    ("POST", "/jobs/{placed_job}/report/", {"status": "STARTING"},
-     {"anonymous": 401, "executor": 200, "admin": 200, "*": 403}),
+    (
+        "PATCH",
+        "/jobs/{job}/",
+        {"scheduling_priority": 9},
+        {"anonymous": 401, "ana": 403, "chen": 404, "executor": 403, "*": 200},
+    ),
+    (
+        "POST",
+        "/jobs/{job}/cancel/",
+        {},
+        {"anonymous": 401, "ana": 403, "chen": 404, "executor": 403, "*": 200},
+    ),
+    (
+        "POST",
+        "/jobs/{placed_job}/report/",
+        {"status": "STARTING"},
+        {"anonymous": 401, "executor": 200, "admin": 200, "*": 403},
+    ),
     # the queue's scheduling endpoints
     ("POST", "/job-queues/{queue}/schedule/", None, {**STAFF_ONLY, "admin": 200}),
     ("GET", "/job-queues/{queue}/snapshot/", None, SIGNED_IN),
@@ -105,8 +151,13 @@ def ids(world):
     world.users["eve"] = eve
     ServiceEnvironmentFactory(name="free-env")
     unused_plan = TrainingPlan.objects.create(
-        name="unused", job_queue=world.queue, instance_type=world.plan.instance_type, instance_count=1,
-        start_time=timezone.now(), end_time=timezone.now() + timedelta(days=1))
+        name="unused",
+        job_queue=world.queue,
+        instance_type=world.plan.instance_type,
+        instance_count=1,
+        start_time=timezone.now(),
+        end_time=timezone.now() + timedelta(days=1),
+    )
     return {
         "p5": world.plan.instance_type_id,
         "unused_type": InstanceTypeFactory(name="ml.unused").pk,
@@ -121,17 +172,23 @@ def ids(world):
     }
 
 
-@pytest.mark.parametrize(("method", "path", "body", "expected"), [
-    pytest.param(method, path, body, expected, id=f"{method} {path}")
-    for method, path, body, expected in CASES
-])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "expected"),
+    [
+        pytest.param(method, path, body, expected, id=f"{method} {path}")
+        for method, path, body, expected in CASES
+    ],
+)
 @pytest.mark.parametrize("role", ROLES)
 def test_role_gets_the_expected_status(world, ids, client_for, role, method, path, body, expected):
     user = None if role == "anonymous" else world.users[role]
     client = client_for(user)
 
-    response = client.generic(method, "/api/v1" + path.format(**ids),
-                              data=None if body is None else json.dumps(body),
-                              content_type="application/json")
+    response = client.generic(
+        method,
+        "/api/v1" + path.format(**ids),
+        data=None if body is None else json.dumps(body),
+        content_type="application/json",
+    )
 
     assert response.status_code == expected_status(expected, role), response.content[:300]

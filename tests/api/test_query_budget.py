@@ -56,10 +56,14 @@ def many_shares(world, n):
 def many_plans(world, n):
     now = timezone.now()
     for i in range(n):
-        plan = TrainingPlan.objects.create(name=f"plan-{i}", job_queue=world.queue,
-                                           instance_type=world.plan.instance_type, instance_count=4,
-                                           start_time=now - timedelta(days=1),
-                                           end_time=now + timedelta(days=1))
+        plan = TrainingPlan.objects.create(
+            name=f"plan-{i}",
+            job_queue=world.queue,
+            instance_type=world.plan.instance_type,
+            instance_count=4,
+            start_time=now - timedelta(days=1),
+            end_time=now + timedelta(days=1),
+        )
         plan.quota_shares.set([world.nlp, world.vision])
         placed(job_in(world.nlp, [(P5, 1, plan)]), P5, 1, plan=plan)
 
@@ -75,10 +79,18 @@ def many_events(world, n):
     job = job_in(world.nlp, [(P5, 1)], user=world.ana)
     other = job_in(world.vision, [(P4, 1)])
     for i in range(n):
-        Event.objects.create(kind=EventKind.PREEMPTED_RECLAIM, job=job, other_job=other,
-                             quota_share=world.nlp, other_share=world.vision, job_queue=world.queue,
-                             instance_type=world.plan.instance_type, instances=1, actor=world.admin,
-                             message=f"event {i}")
+        Event.objects.create(
+            kind=EventKind.PREEMPTED_RECLAIM,
+            job=job,
+            other_job=other,
+            quota_share=world.nlp,
+            other_share=world.vision,
+            job_queue=world.queue,
+            instance_type=world.plan.instance_type,
+            instances=1,
+            actor=world.admin,
+            message=f"event {i}",
+        )
 
 
 def many_runnable_jobs(world, n):
@@ -108,15 +120,20 @@ BUDGETS = {
     "events tailing": ("/api/v1/events/?since_id=0&kind=PREEMPTED_RECLAIM", "chen", many_events, 2),
     # 7 usage, 8 the pass's own snapshot load (for the engine's head order), the queue, the jobs, the teams.
     "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 18),
-    "snapshot of a busy queue": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_and_placed_jobs,
-                                 18),
+    "snapshot of a busy queue": (
+        "/api/v1/job-queues/{queue}/snapshot/",
+        "ana",
+        many_runnable_and_placed_jobs,
+        18,
+    ),
 }
 
 
 @pytest.mark.parametrize("n", [5, 50])
 @pytest.mark.parametrize("endpoint", list(BUDGETS))
-def test_list_query_count_does_not_grow_with_items(world, client_for, django_assert_max_num_queries,
-                                                   endpoint, n):
+def test_list_query_count_does_not_grow_with_items(
+    world, client_for, django_assert_max_num_queries, endpoint, n
+):
     url, who, make, budget = BUDGETS[endpoint]
     make(world, n)
     client = client_for(world.users[who])

@@ -83,8 +83,16 @@ def test_snapshot_lists_runnable_jobs_in_scheduling_order(world, client_for):
 
     assert [job["id"] for job in body["jobs"]] == [high.pk, mid.pk, low_old.pk, low_new.pk]
     assert body["runnable_count"] == 4
-    assert set(body["jobs"][0]) == {"id", "name", "quota_share", "team", "scheduling_priority",
-                                    "queue_position", "status_reason", "created_at"}
+    assert set(body["jobs"][0]) == {
+        "id",
+        "name",
+        "quota_share",
+        "team",
+        "scheduling_priority",
+        "queue_position",
+        "status_reason",
+        "created_at",
+    }
     assert (body["jobs"][0]["quota_share"], body["jobs"][0]["team"]) == ("vision", "vision")
 
 
@@ -119,7 +127,8 @@ def test_snapshot_lists_runnable_jobs_in_the_engines_head_order(world, client_fo
 def test_snapshot_shows_at_most_100_jobs_and_counts_them_all(world, client_for):
     Job.objects.bulk_create(
         Job(name=f"j{i}", job_queue=world.queue, quota_share=world.nlp, team=world.team_nlp)
-        for i in range(105))
+        for i in range(105)
+    )
 
     body = snapshot(client_for(world.ana), world.queue).json()
 
@@ -152,7 +161,10 @@ def test_snapshot_shows_limit_usage_borrowed_and_lent_per_share_and_type(world, 
     assert types[P4]["owned"] + types[P4]["borrowed"] == 10
     [plan] = body["plans"]
     assert (plan["name"], plan["in_use_instance_count"], plan["available_instance_count"]) == (
-        "nlp-p5-december", 2, 2)
+        "nlp-p5-december",
+        2,
+        2,
+    )
 
 
 def test_snapshot_of_a_queue_with_no_shares_is_empty(world, client_for):

@@ -35,12 +35,14 @@ def test_every_operation_declares_its_errors_with_the_shared_bodies():
             responses = operation["responses"]
             assert {"401", "403"} <= set(responses), f"{method} {path}"
             assert responses["403"]["content"]["application/json"]["schema"] == {
-                "$ref": "#/components/schemas/Error"}
+                "$ref": "#/components/schemas/Error"
+            }
             if "{id}" in path:
                 assert "404" in responses, f"{method} {path}"
             if method in ("post", "patch"):
                 assert responses["400"]["content"]["application/json"]["schema"] == {
-                    "$ref": "#/components/schemas/FieldErrors"}
+                    "$ref": "#/components/schemas/FieldErrors"
+                }
     for path in ("/api/v1/jobs/{id}/cancel/", "/api/v1/jobs/{id}/report/"):
         assert "409" in schema["paths"][path]["post"]["responses"]
     assert "409" in schema["paths"]["/api/v1/jobs/{id}/"]["patch"]["responses"]

@@ -30,8 +30,14 @@ def world(transactional_db):
     begin = (timezone.now() - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
     for n in range(4):  # vision wants 20 P4 for an hour; it may hold 12 while nlp keeps its 4 to itself
         at = begin + timedelta(minutes=n)
-        job_in(world.vision, [(P4, 5)], name=f"vision-{n}", created_at=at, runnable_since=at,
-               duration_seconds=3600)
+        job_in(
+            world.vision,
+            [(P4, 5)],
+            name=f"vision-{n}",
+            created_at=at,
+            runnable_since=at,
+            duration_seconds=3600,
+        )
     world.begin = begin
     return world
 

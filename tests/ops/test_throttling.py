@@ -190,7 +190,8 @@ def test_the_lockout_ends_lockout_seconds_after_the_last_attempt(dana, settings)
     assert sign_in(Client(), "dana", "right-password-1").status_code == 429
 
     AccessAttempt.objects.update(
-        attempt_time=F("attempt_time") - timedelta(seconds=settings.LOGIN_LOCKOUT_SECONDS + 1))
+        attempt_time=F("attempt_time") - timedelta(seconds=settings.LOGIN_LOCKOUT_SECONDS + 1)
+    )
 
     assert sign_in(Client(), "dana", "right-password-1").status_code == 302
 

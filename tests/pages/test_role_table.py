@@ -33,11 +33,24 @@ def people(world):
     executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
     job = job_in(world.nlp, [(P5, 1)], user=world.ana, name="nlp-job")
     now = timezone.now()
-    whatif = WhatIfRun.objects.create(job_queue=world.queue, source=WhatIfRun.Source.HISTORY, window_days=1,
-                                      window_start=now - timedelta(days=1), window_end=now, baseline={},
-                                      proposal=[])
-    return {"member": world.ana, "manager": world.ben, "other_manager": other_manager, "executor": executor,
-            "staff": world.admin, "job": job, "whatif": whatif}
+    whatif = WhatIfRun.objects.create(
+        job_queue=world.queue,
+        source=WhatIfRun.Source.HISTORY,
+        window_days=1,
+        window_start=now - timedelta(days=1),
+        window_end=now,
+        baseline={},
+        proposal=[],
+    )
+    return {
+        "member": world.ana,
+        "manager": world.ben,
+        "other_manager": other_manager,
+        "executor": executor,
+        "staff": world.admin,
+        "job": job,
+        "whatif": whatif,
+    }
 
 
 def client_as(role: str, people) -> Client:
@@ -93,10 +106,16 @@ def test_every_role_gets_what_it_may_from_every_page_and_fragment(world, people,
         want = expected(role, rule)
         if want == SIGN_IN:
             if target:
-                assert response.headers.get("HX-Redirect", "").startswith(reverse("login")), (role, url, target)
+                assert response.headers.get("HX-Redirect", "").startswith(reverse("login")), (
+                    role,
+                    url,
+                    target,
+                )
             else:
                 assert response.status_code == 302 and response["Location"].startswith(reverse("login")), (
-                    role, url)
+                    role,
+                    url,
+                )
         else:
             assert response.status_code == want, (role, url, target, response.status_code)
 

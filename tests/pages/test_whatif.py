@@ -30,8 +30,14 @@ def history(world, begin):
     """Vision wants 20 P4 for an hour; it holds 12 at most while nlp keeps its 4 idle P4 to itself."""
     for n in range(4):
         at = begin + timedelta(minutes=n)
-        job_in(world.vision, [(P4, 5)], name=f"vision-{n}", created_at=at, runnable_since=at,
-               duration_seconds=3600)
+        job_in(
+            world.vision,
+            [(P4, 5)],
+            name=f"vision-{n}",
+            created_at=at,
+            runnable_since=at,
+            duration_seconds=3600,
+        )
     at = begin + timedelta(minutes=5)
     job_in(world.speech, [(G5, 2)], name="speech-0", created_at=at, runnable_since=at, duration_seconds=1800)
 
@@ -42,8 +48,12 @@ def ids(name: str) -> int:
 
 def editor_data(world, begin, **overrides) -> dict:
     """The editor's form as it comes prefilled, with `overrides` (field name -> value) on top."""
-    data = {"job_queue": world.queue.pk, "source": "HISTORY", "start": begin.strftime("%Y-%m-%dT%H:%M"),
-            "days": "1"}
+    data = {
+        "job_queue": world.queue.pk,
+        "source": "HISTORY",
+        "start": begin.strftime("%Y-%m-%dT%H:%M"),
+        "days": "1",
+    }
     for share in (world.nlp, world.vision, world.speech):
         data[f"s{share.pk}-strategy"] = share.strategy
         data[f"s{share.pk}-borrow_limit"] = share.borrow_limit
@@ -67,8 +77,9 @@ LENDING = [
 
 
 def done_run(world, begin) -> WhatIfRun:
-    run = whatif_services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
-                                    actor=world.admin, proposal=LENDING)
+    run = whatif_services.whatif_run_start(
+        job_queue=world.queue, source="HISTORY", start=begin, days=1.0, actor=world.admin, proposal=LENDING
+    )
     return whatif_services.whatif_run_execute(run_id=run.pk)
 
 
@@ -87,7 +98,8 @@ def test_the_editor_shows_every_share_prefilled_with_its_values_and_the_capacity
 
 def test_choosing_a_queue_answers_only_the_editor_to_htmx(world, client_for):
     response = client_for(world.admin).get(
-        reverse("manage_whatif"), {"job_queue": world.queue.pk}, headers=htmx_headers("whatif-editor"))
+        reverse("manage_whatif"), {"job_queue": world.queue.pk}, headers=htmx_headers("whatif-editor")
+    )
     page = response.content.decode()
     assert page.lstrip().startswith('<div id="whatif-editor">')
     assert "Past runs" not in page
@@ -104,23 +116,25 @@ def test_submitting_a_proposal_starts_a_run_and_goes_to_its_page(world, client_f
 
 def test_a_bad_borrow_limit_is_shown_next_to_that_shares_field(world, client_for, begin, history):
     response = client_for(world.admin).post(
-        reverse("manage_whatif"), editor_data(world, begin, **{f"s{world.nlp.pk}-borrow_limit": 50}))
+        reverse("manage_whatif"), editor_data(world, begin, **{f"s{world.nlp.pk}-borrow_limit": 50})
+    )
     assert response.status_code == 400
     page = response.content.decode()
     slot = page.index(f'id="errors-s{world.nlp.pk}-borrow_limit"')
-    assert "share nlp: borrow_limit applies only to LEND_AND_BORROW shares" in page[slot:slot + 300]
+    assert "share nlp: borrow_limit applies only to LEND_AND_BORROW shares" in page[slot : slot + 300]
     assert f'name="s{world.nlp.pk}-borrow_limit" value="50"' in page  # what was typed is kept
     assert not WhatIfRun.objects.exists()
 
 
 def test_limits_beyond_the_capacity_are_shown_on_the_shares_rows(world, client_for, begin, history):
     response = client_for(world.admin).post(
-        reverse("manage_whatif"), editor_data(world, begin, **{f"s{world.vision.pk}-limit_{ids(P4)}": 12}))
+        reverse("manage_whatif"), editor_data(world, begin, **{f"s{world.vision.pk}-limit_{ids(P4)}": 12})
+    )
     assert response.status_code == 400
     page = response.content.decode()
     row = page.index(f'id="errors-share-{world.vision.pk}"')
     message = "share vision: ml.p4d.24xlarge: limits would total 20 but the environment has 16"
-    assert message in page[row:row + 400]
+    assert message in page[row : row + 400]
 
 
 def test_field_errors_of_the_window_and_an_unchanged_proposal_are_named(world, client_for, begin, history):
@@ -133,14 +147,14 @@ def test_field_errors_of_the_window_and_an_unchanged_proposal_are_named(world, c
     data = editor_data(world, begin, start=far, **lend_nlp(world))
     page = client.post(reverse("manage_whatif"), data).content.decode()
     slot = page.index('id="errors-start"')
-    assert "queue training has no jobs submitted between" in page[slot:slot + 300]
+    assert "queue training has no jobs submitted between" in page[slot : slot + 300]
 
 
 def test_a_past_run_prefills_the_editor_to_run_it_again(world, client_for, begin, history):
     run = done_run(world, begin)
     page = client_for(world.admin).get(reverse("manage_whatif"), {"from_run": run.pk}).content.decode()
     assert f"Prefilled with the shares as they are in what-if #{run.pk}" in page
-    nlp_strategy = page[page.index(f'name="s{world.nlp.pk}-strategy"'):]
+    nlp_strategy = page[page.index(f'name="s{world.nlp.pk}-strategy"') :]
     assert nlp_strategy.index('value="LEND" selected') < nlp_strategy.index("</select>")
 
 
@@ -156,8 +170,9 @@ def test_the_editor_keeps_its_query_budget(world, client_for, begin, history, dj
 
 
 def test_a_queued_run_shows_a_progress_bar_that_polls_itself(world, client_for, begin, history):
-    run = whatif_services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
-                                    actor=world.admin, proposal=LENDING)
+    run = whatif_services.whatif_run_start(
+        job_queue=world.queue, source="HISTORY", start=begin, days=1.0, actor=world.admin, proposal=LENDING
+    )
     page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert "Waiting for a worker" in page
     assert '<progress id="whatif-progress" max="100" value="0"' in page
@@ -167,8 +182,9 @@ def test_a_queued_run_shows_a_progress_bar_that_polls_itself(world, client_for, 
 
 def test_the_progress_fragment_follows_the_run_and_stops_polling_once_done(world, client_for, begin, history):
     client = client_for(world.admin)
-    run = whatif_services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
-                                    actor=world.admin, proposal=LENDING)
+    run = whatif_services.whatif_run_start(
+        job_queue=world.queue, source="HISTORY", start=begin, days=1.0, actor=world.admin, proposal=LENDING
+    )
     WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.62)
     url = reverse("manage_whatif_run", args=[run.pk])
     fragment = client.get(url, headers=htmx_headers("whatif-live")).content.decode()
@@ -184,14 +200,16 @@ def test_the_progress_fragment_follows_the_run_and_stops_polling_once_done(world
 
 def test_a_run_no_worker_took_or_whose_worker_went_silent_says_so(world, client_for, begin, history):
     client = client_for(world.admin)
-    run = whatif_services.whatif_run_start(job_queue=world.queue, source="HISTORY", start=begin, days=1.0,
-                                    actor=world.admin, proposal=LENDING)
+    run = whatif_services.whatif_run_start(
+        job_queue=world.queue, source="HISTORY", start=begin, days=1.0, actor=world.admin, proposal=LENDING
+    )
     url = reverse("manage_whatif_run", args=[run.pk])
     assert "No worker has taken this run" not in client.get(url).content.decode()
     WhatIfRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(minutes=1))
     assert "is a Celery worker running" in client.get(url).content.decode()
-    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.3,
-                                               heartbeat_at=timezone.now() - timedelta(minutes=6))
+    WhatIfRun.objects.filter(pk=run.pk).update(
+        status=WhatIfRun.Status.RUNNING, progress=0.3, heartbeat_at=timezone.now() - timedelta(minutes=6)
+    )
     page = client.get(url).content.decode()
     assert "its worker has probably stopped" in page and f"?from_run={run.pk}" in page
 
@@ -203,11 +221,14 @@ def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(
     page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert '<span class="was">RESERVE</span> → <strong>LEND</strong>' in page
     vision = page.index("<h3>vision <small")
-    card = page[vision:page.index("</section>", vision)]
+    card = page[vision : page.index("</section>", vision)]
     # Vision runs three of its 5-P4 jobs at once instead of two: its median wait falls from half an hour to
     # nothing, and the change is marked better.
-    assert re.search(r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*<td class="num">29m</td>'
-                     r'\s*<td class="num">0s</td>\s*<td class="num change">−29m', card)
+    assert re.search(
+        r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*<td class="num">29m</td>'
+        r'\s*<td class="num">0s</td>\s*<td class="num change">−29m',
+        card,
+    )
     policy = '<span class="was">LEND_AND_BORROW (100%)</span> → <strong>LEND_AND_BORROW (unlimited)</strong>'
     assert policy in card
     assert page.count("<svg") >= 3 and "GPUs in use per share - proposed" in page
@@ -217,8 +238,9 @@ def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(
 
 def test_a_failed_run_says_why_and_offers_to_run_it_again(world, client_for, begin, history):
     run = done_run(world, begin)
-    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.FAILED,
-                                               error="the trace is unreadable")
+    WhatIfRun.objects.filter(pk=run.pk).update(
+        status=WhatIfRun.Status.FAILED, error="the trace is unreadable"
+    )
     page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert "the trace is unreadable" in page and f"?from_run={run.pk}" in page
     assert "Apply this proposal" not in page
@@ -258,8 +280,9 @@ def test_applying_needs_the_confirmation_then_changes_the_shares(world, client_f
 
 def test_applying_a_stale_run_is_refused_with_what_changed(world, client_for, begin, history):
     run = done_run(world, begin)
-    config_services.quota_share_update(share=world.speech, changes={"strategy": "RESERVE"}, limits=None,
-                                       actor=world.admin)
+    config_services.quota_share_update(
+        share=world.speech, changes={"strategy": "RESERVE"}, limits=None, actor=world.admin
+    )
     client = client_for(world.admin)
     page = client.get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
     assert "has changed since this run started (share speech: strategy)" in page

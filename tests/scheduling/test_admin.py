@@ -57,11 +57,16 @@ def queue():
 def share_form(queue, team, *, name, limit, strategy="RESERVE", borrow_limit=-1, share=None):
     limit_row = share.capacity_limits.get() if share else None
     return {
-        "name": name, "job_queue": queue.pk, "team": team.pk, "strategy": strategy,
+        "name": name,
+        "job_queue": queue.pk,
+        "team": team.pk,
+        "strategy": strategy,
         "borrow_limit": borrow_limit,
         "state": State.ENABLED,
-        "capacity_limits-TOTAL_FORMS": "1", "capacity_limits-INITIAL_FORMS": "1" if share else "0",
-        "capacity_limits-MIN_NUM_FORMS": "0", "capacity_limits-MAX_NUM_FORMS": "5",
+        "capacity_limits-TOTAL_FORMS": "1",
+        "capacity_limits-INITIAL_FORMS": "1" if share else "0",
+        "capacity_limits-MIN_NUM_FORMS": "0",
+        "capacity_limits-MAX_NUM_FORMS": "5",
         "capacity_limits-0-id": limit_row.pk if limit_row else "",
         "capacity_limits-0-quota_share": share.pk if share else "",
         "capacity_limits-0-instance_type": InstanceTypeFactory(name=P5).pk,
@@ -71,26 +76,33 @@ def share_form(queue, team, *, name, limit, strategy="RESERVE", borrow_limit=-1,
 
 def test_admin_refuses_share_limits_above_capacity_and_saves_nothing(staff_client, queue):
     share_with(queue, "nlp", {P5: 6})
-    response = staff_client.post(reverse("admin:scheduling_quotashare_add"),
-                                 share_form(queue, TeamFactory(), name="vision", limit=3))
+    response = staff_client.post(
+        reverse("admin:scheduling_quotashare_add"), share_form(queue, TeamFactory(), name="vision", limit=3)
+    )
     assert response.status_code == 200
-    assert ("ml.p5.48xlarge: limits would total 9 but the environment has 8 (other shares hold 6, "
-            "so at most 2 is left)") in response.content.decode()
+    assert (
+        "ml.p5.48xlarge: limits would total 9 but the environment has 8 (other shares hold 6, "
+        "so at most 2 is left)"
+    ) in response.content.decode()
     assert not QuotaShare.objects.filter(name="vision").exists()
     assert not Event.objects.filter(kind=EventKind.CONFIG_CHANGED).exists()
 
 
 def test_admin_refuses_borrow_limit_on_a_reserve_share(staff_client, queue):
-    response = staff_client.post(reverse("admin:scheduling_quotashare_add"),
-                                 share_form(queue, TeamFactory(), name="vision", limit=1, borrow_limit=30))
+    response = staff_client.post(
+        reverse("admin:scheduling_quotashare_add"),
+        share_form(queue, TeamFactory(), name="vision", limit=1, borrow_limit=30),
+    )
     assert "borrow_limit applies only to LEND_AND_BORROW shares" in response.content.decode()
     assert not QuotaShare.objects.filter(name="vision").exists()
 
 
 def test_admin_change_is_audited_with_before_and_after(staff_client, queue):
     share = share_with(queue, "nlp", {P5: 2})
-    response = staff_client.post(reverse("admin:scheduling_quotashare_change", args=[share.pk]),
-                                 share_form(queue, share.team, name="nlp", limit=5, share=share))
+    response = staff_client.post(
+        reverse("admin:scheduling_quotashare_change", args=[share.pk]),
+        share_form(queue, share.team, name="nlp", limit=5, share=share),
+    )
     assert response.status_code == 302, response.content.decode()[:2000]
     assert ShareCapacityLimit.objects.get(quota_share=share).max_capacity == 5
     event = Event.objects.get(kind=EventKind.CONFIG_CHANGED)
@@ -105,14 +117,21 @@ def test_admin_environment_capacity_cannot_drop_below_limits(staff_client, queue
     environment = queue.service_environment
     row = environment.capacity_limits.get()
     data = {
-        "name": environment.name, "state": "ENABLED", "executor": environment.executor,
-        "capacity_limits-TOTAL_FORMS": "1", "capacity_limits-INITIAL_FORMS": "1",
-        "capacity_limits-MIN_NUM_FORMS": "0", "capacity_limits-MAX_NUM_FORMS": "1000",
-        "capacity_limits-0-id": row.pk, "capacity_limits-0-service_environment": environment.pk,
-        "capacity_limits-0-instance_type": row.instance_type_id, "capacity_limits-0-max_capacity": 4,
+        "name": environment.name,
+        "state": "ENABLED",
+        "executor": environment.executor,
+        "capacity_limits-TOTAL_FORMS": "1",
+        "capacity_limits-INITIAL_FORMS": "1",
+        "capacity_limits-MIN_NUM_FORMS": "0",
+        "capacity_limits-MAX_NUM_FORMS": "1000",
+        "capacity_limits-0-id": row.pk,
+        "capacity_limits-0-service_environment": environment.pk,
+        "capacity_limits-0-instance_type": row.instance_type_id,
+        "capacity_limits-0-max_capacity": 4,
     }
-    response = staff_client.post(reverse("admin:scheduling_serviceenvironment_change", args=[environment.pk]),
-                                 data)
+    response = staff_client.post(
+        reverse("admin:scheduling_serviceenvironment_change", args=[environment.pk]), data
+    )
     assert "hold limits totalling 6, so capacity cannot be 4" in response.content.decode()
     row.refresh_from_db()
     assert row.max_capacity == 8
@@ -124,8 +143,21 @@ def test_admin_offers_no_delete_for_an_enabled_share(staff_client, queue):
     assert response.status_code == 403
 
 
-@pytest.mark.parametrize("model", ["instancetype", "team", "serviceenvironment", "jobqueue", "quotashare",
-                                   "trainingplan", "job", "event", "schedulingpass", "shareusagesample"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "instancetype",
+        "team",
+        "serviceenvironment",
+        "jobqueue",
+        "quotashare",
+        "trainingplan",
+        "job",
+        "event",
+        "schedulingpass",
+        "shareusagesample",
+    ],
+)
 def test_every_admin_changelist_renders_with_the_demo(staff_client, model, django_assert_max_num_queries):
     call_command("seed_demo", jobs=12, force=True, stdout=open("/dev/null", "w"))
     with django_assert_max_num_queries(25):
@@ -149,14 +181,16 @@ def test_seed_demo_is_idempotent():
 
 
 def test_admin_change_of_a_share_takes_the_service_path_and_asks_for_a_pass(
-        staff_client, queue, settings, django_capture_on_commit_callbacks):
+    staff_client, queue, settings, django_capture_on_commit_callbacks
+):
     settings.QUOTAPORTAL_AUTOPASS = True
     share = share_with(queue, "nlp", {P5: 2})
     with mock.patch.object(tasks.run_queue_pass, "delay") as delay:
         with django_capture_on_commit_callbacks(execute=True):
             response = staff_client.post(
                 reverse("admin:scheduling_quotashare_change", args=[share.pk]),
-                share_form(queue, share.team, name="nlp", limit=4, strategy="LEND_AND_BORROW", share=share))
+                share_form(queue, share.team, name="nlp", limit=4, strategy="LEND_AND_BORROW", share=share),
+            )
     assert response.status_code == 302, response.content.decode()[:2000]
     event = Event.objects.get(kind=EventKind.CONFIG_CHANGED)
     before, after = event.data["before"], event.data["after"]
@@ -167,7 +201,8 @@ def test_admin_change_of_a_share_takes_the_service_path_and_asks_for_a_pass(
 
 
 def test_admin_refuses_an_over_capacity_change_with_the_rules_message_and_changes_nothing(
-        staff_client, queue, settings, django_capture_on_commit_callbacks):
+    staff_client, queue, settings, django_capture_on_commit_callbacks
+):
     settings.QUOTAPORTAL_AUTOPASS = True
     share_with(queue, "nlp", {P5: 6})
     vision = share_with(queue, "vision", {P5: 2})
@@ -175,11 +210,14 @@ def test_admin_refuses_an_over_capacity_change_with_the_rules_message_and_change
         with django_capture_on_commit_callbacks(execute=True):
             response = staff_client.post(
                 reverse("admin:scheduling_quotashare_change", args=[vision.pk]),
-                share_form(queue, vision.team, name="vision", limit=3, share=vision))
+                share_form(queue, vision.team, name="vision", limit=3, share=vision),
+            )
     assert response.status_code == 200
     page = response.content.decode()
-    assert ("ml.p5.48xlarge: limits would total 9 but the environment has 8 (other shares hold 6, "
-            "so at most 2 is left)") in page
+    assert (
+        "ml.p5.48xlarge: limits would total 9 but the environment has 8 (other shares hold 6, "
+        "so at most 2 is left)"
+    ) in page
     assert 'name="capacity_limits-0-max_capacity" value="3"' in page  # the form comes back as posted
     assert ShareCapacityLimit.objects.get(quota_share=vision).max_capacity == 2
     assert not Event.objects.filter(kind=EventKind.CONFIG_CHANGED).exists()
@@ -194,25 +232,34 @@ def test_admin_keeps_a_share_in_its_queue(staff_client, queue):
 
 def test_admin_adds_a_share_through_the_service_with_its_limits(staff_client, queue):
     team = TeamFactory()
-    response = staff_client.post(reverse("admin:scheduling_quotashare_add"),
-                                 share_form(queue, team, name="vision", limit=3))
+    response = staff_client.post(
+        reverse("admin:scheduling_quotashare_add"), share_form(queue, team, name="vision", limit=3)
+    )
     assert response.status_code == 302, response.content.decode()[:2000]
     share = QuotaShare.objects.get(name="vision")
     assert response["Location"].endswith(reverse("admin:scheduling_quotashare_changelist"))
     assert ShareCapacityLimit.objects.get(quota_share=share).max_capacity == 3
     event = Event.objects.get(kind=EventKind.CONFIG_CHANGED)
     assert event.data["action"] == "created" and event.data["after"]["capacity_limits"] == {P5: 3}
-    assert (LogEntry.objects.get(object_id=str(share.pk)).get_change_message()
-            == "Added. Added share capacity limit “ml.p5.48xlarge x3”.")
+    assert (
+        LogEntry.objects.get(object_id=str(share.pk)).get_change_message()
+        == "Added. Added share capacity limit “ml.p5.48xlarge x3”."
+    )
 
 
 def test_admin_queue_change_to_a_smaller_environment_is_refused_on_the_field(staff_client, queue):
     share_with(queue, "nlp", {P5: 6})
     small = ServiceEnvironmentFactory(name="small")
-    EnvironmentCapacity.objects.create(service_environment=small,
-                                       instance_type=InstanceType.objects.get(name=P5), max_capacity=2)
-    data = {"name": queue.name, "priority": queue.priority, "state": queue.state,
-            "service_environment": small.pk, "ordering": queue.ordering}
+    EnvironmentCapacity.objects.create(
+        service_environment=small, instance_type=InstanceType.objects.get(name=P5), max_capacity=2
+    )
+    data = {
+        "name": queue.name,
+        "priority": queue.priority,
+        "state": queue.state,
+        "service_environment": small.pk,
+        "ordering": queue.ordering,
+    }
     response = staff_client.post(reverse("admin:scheduling_jobqueue_change", args=[queue.pk]), data)
     assert response.status_code == 200
     assert "errorlist" in response.content.decode()
@@ -223,10 +270,17 @@ def test_admin_queue_change_to_a_smaller_environment_is_refused_on_the_field(sta
 def test_admin_training_plan_is_saved_through_the_service(staff_client, queue):
     nlp = share_with(queue, "nlp", {P5: 2})
     start = timezone.now() + timedelta(days=1)
-    data = {"name": "dec-p5", "job_queue": queue.pk, "instance_type": InstanceType.objects.get(name=P5).pk,
-            "instance_count": 2, "start_time_0": start.strftime("%Y-%m-%d"), "start_time_1": "00:00:00",
-            "end_time_0": (start + timedelta(days=7)).strftime("%Y-%m-%d"), "end_time_1": "00:00:00",
-            "quota_shares": [nlp.pk]}
+    data = {
+        "name": "dec-p5",
+        "job_queue": queue.pk,
+        "instance_type": InstanceType.objects.get(name=P5).pk,
+        "instance_count": 2,
+        "start_time_0": start.strftime("%Y-%m-%d"),
+        "start_time_1": "00:00:00",
+        "end_time_0": (start + timedelta(days=7)).strftime("%Y-%m-%d"),
+        "end_time_1": "00:00:00",
+        "quota_shares": [nlp.pk],
+    }
     response = staff_client.post(reverse("admin:scheduling_trainingplan_add"), data)
     assert response.status_code == 302, response.content.decode()[:3000]
     plan = TrainingPlan.objects.get(name="dec-p5")
@@ -241,12 +295,20 @@ def test_admin_team_members_are_set_and_removed_through_the_service(staff_client
     Membership.objects.create(team=team, user=ana, role=Membership.Role.MEMBER)
     row = Membership.objects.get(team=team, user=ana)
     data = {
-        "name": "nlp", "slug": "nlp",
-        "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "1",
-        "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000",
-        "memberships-0-id": row.pk, "memberships-0-team": team.pk, "memberships-0-user": ana.pk,
-        "memberships-0-role": Membership.Role.MEMBER, "memberships-0-DELETE": "on",
-        "memberships-1-id": "", "memberships-1-team": team.pk, "memberships-1-user": ben.pk,
+        "name": "nlp",
+        "slug": "nlp",
+        "memberships-TOTAL_FORMS": "2",
+        "memberships-INITIAL_FORMS": "1",
+        "memberships-MIN_NUM_FORMS": "0",
+        "memberships-MAX_NUM_FORMS": "1000",
+        "memberships-0-id": row.pk,
+        "memberships-0-team": team.pk,
+        "memberships-0-user": ana.pk,
+        "memberships-0-role": Membership.Role.MEMBER,
+        "memberships-0-DELETE": "on",
+        "memberships-1-id": "",
+        "memberships-1-team": team.pk,
+        "memberships-1-user": ben.pk,
         "memberships-1-role": Membership.Role.MANAGER,
     }
     response = staff_client.post(reverse("admin:scheduling_team_change", args=[team.pk]), data)

@@ -58,7 +58,9 @@ def test_executor_moves_a_job_through_its_lifecycle(nlp):
     assert set(job.events.values_list("kind", flat=True)) >= {EventKind.STARTED, EventKind.SUCCEEDED}
 
 
-@pytest.mark.parametrize("status,to", [("RUNNABLE", "RUNNING"), ("SUCCEEDED", "FAILED"), ("RUNNING", "STARTING")])
+@pytest.mark.parametrize(
+    "status,to", [("RUNNABLE", "RUNNING"), ("SUCCEEDED", "FAILED"), ("RUNNING", "STARTING")]
+)
 def test_illegal_transitions_are_conflicts(nlp, status, to):
     job = placed_job(nlp)
     if status == "SUCCEEDED":
@@ -128,7 +130,9 @@ def test_priority_change_is_audited_and_refused_out_of_range(nlp):
     job = job_in(nlp, [(P5, 1)])
     job_services.job_set_priority(job_id=job.pk, priority=900, actor=staff)
     event = job.events.get(kind=EventKind.CONFIG_CHANGED)
-    assert event.data["before"] == {"scheduling_priority": 0} and event.data["after"] == {"scheduling_priority": 900}
+    assert event.data["before"] == {"scheduling_priority": 0} and event.data["after"] == {
+        "scheduling_priority": 900
+    }
     from django.core.exceptions import ValidationError
 
     with pytest.raises(ValidationError):
@@ -148,12 +152,14 @@ def test_simulated_executor_starts_runs_and_finishes_jobs(queue, nlp, settings):
     executor_services.simulated_executor_tick(job_queue_id=queue.pk, now=start + timedelta(seconds=6))
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING
-    executor_services.simulated_executor_tick(job_queue_id=queue.pk,
-                                              now=job.started_at + timedelta(seconds=59))
+    executor_services.simulated_executor_tick(
+        job_queue_id=queue.pk, now=job.started_at + timedelta(seconds=59)
+    )
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING
-    executor_services.simulated_executor_tick(job_queue_id=queue.pk,
-                                              now=job.started_at + timedelta(seconds=61))
+    executor_services.simulated_executor_tick(
+        job_queue_id=queue.pk, now=job.started_at + timedelta(seconds=61)
+    )
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
 

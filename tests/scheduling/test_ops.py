@@ -44,12 +44,15 @@ def test_healthz_is_503_naming_the_broken_part(client):
     assert response.json()["broker"] == "error: OperationalError"
 
 
-def test_metrics_expose_share_usage_preemptions_and_pass_durations(client, busy_queue,
-                                                                   django_assert_max_num_queries):
+def test_metrics_expose_share_usage_preemptions_and_pass_durations(
+    client, busy_queue, django_assert_max_num_queries
+):
     with django_assert_max_num_queries(12):
         body = client.get("/metrics").content.decode()
     assert 'quotaportal_share_usage{instance_type="ml.p5.48xlarge",queue="training",share="nlp"} 2.0' in body
-    assert 'quotaportal_share_limit{instance_type="ml.p5.48xlarge",queue="training",share="vision"} 4.0' in body
+    assert (
+        'quotaportal_share_limit{instance_type="ml.p5.48xlarge",queue="training",share="vision"} 4.0' in body
+    )
     assert 'quotaportal_share_pending_jobs{queue="training",share="nlp"} 1.0' in body
     assert 'quotaportal_preemptions_total{kind="PREEMPTED_RECLAIM",queue="training"} 1.0' in body
     assert 'quotaportal_preemptions_total{kind="PREEMPTED_IN_SHARE",queue="training"} 0.0' in body

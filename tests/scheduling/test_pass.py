@@ -49,7 +49,11 @@ def test_pass_places_a_job_and_records_attempt_events_and_pass(queue):
     job.refresh_from_db()
     assert result.admitted == [job.pk] and result.preempted == []
     assert job.status == JobStatus.SCHEDULED
-    assert (job.selected_instance_type.name, job.selected_instance_count, job.borrowed_instances) == (P5, 2, 0)
+    assert (job.selected_instance_type.name, job.selected_instance_count, job.borrowed_instances) == (
+        P5,
+        2,
+        0,
+    )
     assert job.scheduled_at is not None and job.queue_position is None
     attempt = JobAttempt.objects.get(job=job)
     assert attempt.stopped_at is None and attempt.instance_count == 2
@@ -60,7 +64,9 @@ def test_pass_places_a_job_and_records_attempt_events_and_pass(queue):
 
 def test_pass_writes_borrowing_and_fallback_events(queue):
     nlp = share_with(queue, "nlp", {P5: 2}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
-    share_with(queue, "vision", {P5: 5, P4: 8}, strategy=QuotaShare.Strategy.RESERVE)  # P4 all RESERVEd, 1 P5 free
+    share_with(
+        queue, "vision", {P5: 5, P4: 8}, strategy=QuotaShare.Strategy.RESERVE
+    )  # P4 all RESERVEd, 1 P5 free
     job = job_in(nlp, [(P4, 2), (P5, 3)])
     run_pass(queue)
     job.refresh_from_db()
@@ -88,7 +94,11 @@ def test_pass_reclaim_returns_the_borrower_to_the_queue_and_names_both_sides(que
     assert borrowing.status_reason  # a reason a person can act on
     event = Event.objects.get(kind=EventKind.PREEMPTED_RECLAIM)
     assert (event.job_id, event.other_job_id, event.quota_share_id, event.other_share_id) == (
-        borrowing.pk, claimant.pk, borrower.pk, lender.pk)
+        borrowing.pk,
+        claimant.pk,
+        borrower.pk,
+        lender.pk,
+    )
     assert "nlp" in event.message and "vision" in event.message
     closed = JobAttempt.objects.get(job=borrowing)
     assert closed.stopped_at is not None and closed.status_reason.startswith("PREEMPTED_RECLAIM: ")
@@ -129,8 +139,13 @@ def test_pass_drains_a_job_from_an_expiring_plan_and_falls_back(queue, settings)
 def test_pass_fails_a_job_pending_past_its_max_pending_seconds(queue):
     nlp = share_with(queue, "nlp", {P5: 1})
     job = job_in(nlp, [(P5, 1)])
-    job_in(nlp, [(P5, 1)], name="late", max_pending_seconds=60,
-           runnable_since=timezone.now() - timedelta(minutes=5))
+    job_in(
+        nlp,
+        [(P5, 1)],
+        name="late",
+        max_pending_seconds=60,
+        runnable_since=timezone.now() - timedelta(minutes=5),
+    )
     run_pass(queue)
     late = Job.objects.get(name="late")
     assert late.status == JobStatus.FAILED and late.status_reason.startswith("PENDING_TIMEOUT")
@@ -169,7 +184,10 @@ def test_pass_removes_the_pending_state_of_jobs_it_places_and_rewrites_only_chan
     second = job_in(nlp, [(P5, 1)], name="second")
     third = job_in(nlp, [(P5, 1)], name="third")
     run_pass(queue)
-    assert set(PendingState.objects.values_list("job_id", "queue_position")) == {(second.pk, 1), (third.pk, 2)}
+    assert set(PendingState.objects.values_list("job_id", "queue_position")) == {
+        (second.pk, 1),
+        (third.pk, 2),
+    }
     executor_services.job_report(job_id=first.pk, status=JobStatus.SUCCEEDED, actor=None)
     run_pass(queue)
     assert list(PendingState.objects.values_list("job_id", "queue_position")) == [(third.pk, 1)]

@@ -32,7 +32,9 @@ def test_envint_refuses_text_and_out_of_range(monkeypatch):
 
 def test_envurl_refuses_an_unknown_database(monkeypatch):
     monkeypatch.setenv("DATABASE_URL", "mysql://root@localhost/db")
-    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL='mysql://root@localhost/db' has an unsupported scheme"):
+    with pytest.raises(
+        ImproperlyConfigured, match="DATABASE_URL='mysql://root@localhost/db' has an unsupported scheme"
+    ):
         envurl("DATABASE_URL", "sqlite:///x", schemes=("sqlite", "postgres"))
 
 
@@ -47,9 +49,12 @@ def test_settings_refuse_to_start_without_a_secret_key_in_production(tmp_path):
     import sys
 
     env = {"PATH": "/usr/bin:/bin", "DEBUG": "0", "QUOTAPORTAL_VAR_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-c", "import django; from django.conf import settings; "
-                             "django.setup()"], env={**env, "DJANGO_SETTINGS_MODULE": "quotaportal.settings"},
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; from django.conf import settings; django.setup()"],
+        env={**env, "DJANGO_SETTINGS_MODULE": "quotaportal.settings"},
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode != 0
     assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
 
@@ -58,10 +63,19 @@ def test_settings_switch_to_postgres_and_redis_from_urls_alone(tmp_path):
     import subprocess
     import sys
 
-    env = {"PATH": "/usr/bin:/bin", "DEBUG": "1", "QUOTAPORTAL_VAR_DIR": str(tmp_path),
-           "DJANGO_SETTINGS_MODULE": "quotaportal.settings",
-           "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0"}
-    code = ("import django; from django.conf import settings; django.setup(); "
-            "print(settings.DATABASES['default']['ENGINE'], settings.CELERY_BROKER_URL)")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DEBUG": "1",
+        "QUOTAPORTAL_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "quotaportal.settings",
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test",
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+    }
+    code = (
+        "import django; from django.conf import settings; django.setup(); "
+        "print(settings.DATABASES['default']['ENGINE'], settings.CELERY_BROKER_URL)"
+    )
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert result.stdout.split() == ["django.db.backends.postgresql", "redis://127.0.0.1:6379/0"], result.stderr
+    assert result.stdout.split() == ["django.db.backends.postgresql", "redis://127.0.0.1:6379/0"], (
+        result.stderr
+    )

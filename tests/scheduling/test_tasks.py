@@ -30,9 +30,15 @@ def nlp():
 
 
 def submit(nlp, user, name="train"):
-    return job_services.job_submit(user=user, submission=job_services.JobSubmission(
-        name=name, job_queue=nlp.job_queue, quota_share=nlp,
-        instance_preferences=[rules.PreferenceInput(InstanceTypeFactory(name=P5), 1)]))[0]
+    return job_services.job_submit(
+        user=user,
+        submission=job_services.JobSubmission(
+            name=name,
+            job_queue=nlp.job_queue,
+            quota_share=nlp,
+            instance_preferences=[rules.PreferenceInput(InstanceTypeFactory(name=P5), 1)],
+        ),
+    )[0]
 
 
 def test_submission_enqueues_one_pass_after_commit(nlp, settings, django_capture_on_commit_callbacks):
@@ -83,7 +89,9 @@ def test_joining_requests_can_be_turned_off(nlp, settings):
 def test_a_request_the_broker_refused_does_not_block_the_next(nlp, settings):
     settings.QUOTAPORTAL_AUTOPASS, settings.PASS_COALESCE_SECONDS = True, 120
     user = MembershipFactory(team=nlp.team).user
-    with mock.patch.object(tasks.run_queue_pass, "delay", side_effect=ConnectionError("broker down")) as delay:
+    with mock.patch.object(
+        tasks.run_queue_pass, "delay", side_effect=ConnectionError("broker down")
+    ) as delay:
         submit(nlp, user, "a")
         submit(nlp, user, "b")
     assert delay.call_count == 2
@@ -100,7 +108,10 @@ def test_pass_task_runs_a_pass_and_tolerates_a_deleted_queue(nlp):
     user = MembershipFactory(team=nlp.team).user
     job = submit(nlp, user)
     assert tasks.run_queue_pass.apply(args=(nlp.job_queue_id, "test")).get() == {
-        "job_queue_id": nlp.job_queue_id, "admitted": 1, "preempted": 0}
+        "job_queue_id": nlp.job_queue_id,
+        "admitted": 1,
+        "preempted": 0,
+    }
     job.refresh_from_db()
     assert job.status == JobStatus.SCHEDULED
     assert SchedulingPass.objects.filter(trigger="test").count() == 1

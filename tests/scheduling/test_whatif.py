@@ -75,8 +75,14 @@ BORROWING = {"nlp": {"strategy": "LEND"}, "vision": {"strategy": "LEND_AND_BORRO
 
 
 def start(queue, admin, begin, shares=None, **fields):
-    arguments = dict(job_queue=queue, proposal=shares if shares is not None else proposal(**BORROWING),
-                     source=WhatIfRun.Source.HISTORY, start=begin, days=1.0, actor=admin)
+    arguments = dict(
+        job_queue=queue,
+        proposal=shares if shares is not None else proposal(**BORROWING),
+        source=WhatIfRun.Source.HISTORY,
+        start=begin,
+        days=1.0,
+        actor=admin,
+    )
     arguments.update(fields)
     return whatif_services.whatif_run_start(**arguments)
 
@@ -141,9 +147,11 @@ def test_unknown_strategy_type_and_share_and_missing_limits_are_named(queue, adm
     ]
     errors = errors_of(lambda: start(queue, admin, begin, shares=shares))
     assert errors["shares[nlp].capacity_limits"] == [
-        "share nlp: a quota share needs 1 to 5 capacity limits, got 0"]
+        "share nlp: a quota share needs 1 to 5 capacity limits, got 0"
+    ]
     assert errors["shares[vision].strategy"] == [
-        "share vision: strategy must be one of RESERVE, LEND, LEND_AND_BORROW"]
+        "share vision: strategy must be one of RESERVE, LEND, LEND_AND_BORROW"
+    ]
     assert errors["shares[vision].capacity_limits"] == ["share vision: no instance type named ml.x9.huge"]
     assert errors["__all__"] == ["queue training has no quota share named audio"]
 
@@ -151,7 +159,8 @@ def test_unknown_strategy_type_and_share_and_missing_limits_are_named(queue, adm
 def test_a_proposal_equal_to_the_queue_is_refused(queue, admin, begin, history):
     errors = errors_of(lambda: start(queue, admin, begin, shares=proposal()))
     assert errors == {
-        "__all__": ["the proposal is the queue's configuration as it is: change at least one share"]}
+        "__all__": ["the proposal is the queue's configuration as it is: change at least one share"]
+    }
 
 
 def test_the_window_must_hold_recorded_jobs_and_have_a_sane_length(queue, admin, begin, history):
@@ -162,7 +171,8 @@ def test_the_window_must_hold_recorded_jobs_and_have_a_sane_length(queue, admin,
     empty = errors_of(lambda: start(queue, admin, begin - timedelta(days=10), days=2))
     assert "queue training has no jobs submitted between" in empty["start"][0]
     assert errors_of(lambda: start(queue, admin, begin, source="GUESS"))["source"] == [
-        "source must be one of HISTORY, PHILLY"]
+        "source must be one of HISTORY, PHILLY"
+    ]
 
 
 def test_a_window_reaching_past_now_ends_now(queue, admin, history):
@@ -210,8 +220,9 @@ def test_a_run_is_executed_once_even_when_its_task_is_delivered_twice(queue, adm
 
 def test_a_run_whose_worker_went_silent_is_taken_over(queue, admin, begin, history):
     run = start(queue, admin, begin)
-    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.3,
-                                               heartbeat_at=timezone.now() - timedelta(minutes=6))
+    WhatIfRun.objects.filter(pk=run.pk).update(
+        status=WhatIfRun.Status.RUNNING, progress=0.3, heartbeat_at=timezone.now() - timedelta(minutes=6)
+    )
     assert whatif_services.whatif_run_execute(run_id=run.pk).status == WhatIfRun.Status.DONE
 
 
@@ -281,8 +292,11 @@ def test_applying_changes_the_shares_through_the_share_service_and_audits_it(que
     assert (vision.strategy, vision.borrow_limit) == ("LEND_AND_BORROW", 100)
     assert QuotaShare.objects.get(name="nlp").strategy == "LEND"
     audits = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, actor=admin)
-    per_share = {e.data["id"]: e.data["after"]["strategy"]
-                 for e in audits if e.data["object"] == "scheduling.QuotaShare"}
+    per_share = {
+        e.data["id"]: e.data["after"]["strategy"]
+        for e in audits
+        if e.data["object"] == "scheduling.QuotaShare"
+    }
     assert per_share == {QuotaShare.objects.get(name="nlp").pk: "LEND", vision.pk: "LEND_AND_BORROW"}
     summary = audits.get(data__object="whatif.WhatIfRun")
     assert summary.message == f"admin applied what-if #{run.pk} to queue training: changed nlp, vision"
@@ -305,15 +319,17 @@ def test_applying_moves_capacity_between_shares_in_an_order_that_always_fits(que
 def test_a_run_of_a_queue_changed_since_is_stale_and_refused(queue, admin, begin, history):
     run = done_run(queue, admin, begin)
     nlp = QuotaShare.objects.get(name="nlp")
-    config_services.quota_share_update(share=nlp, changes={"in_share_preemption": True}, limits=None,
-                                       actor=admin)
+    config_services.quota_share_update(
+        share=nlp, changes={"in_share_preemption": True}, limits=None, actor=admin
+    )
 
     with pytest.raises(Conflict) as refused:
         whatif_services.whatif_apply(run=run, actor=admin)
 
     assert refused.value.message == (
         f"queue training has changed since what-if #{run.pk} ran (share nlp: in_share_preemption), so its "
-        f"result no longer describes the queue: run the what-if again")
+        f"result no longer describes the queue: run the what-if again"
+    )
     assert QuotaShare.objects.get(name="vision").strategy == "RESERVE"
     assert WhatIfRun.objects.get(pk=run.pk).applied_at is None
 
@@ -345,8 +361,10 @@ def test_shares_that_only_fit_after_each_other_are_lowered_first_then_raised():
 
 def test_a_share_giving_capacity_up_goes_before_the_share_taking_it():
     steps = whatif_services.whatif_apply_steps(
-        current={"a": {P5: 2}, "b": {P5: 2}}, proposed={"a": {P5: 3}, "b": {P5: 1}},
-        capacity={P5: 4}, changed=["a", "b"],
+        current={"a": {P5: 2}, "b": {P5: 2}},
+        proposed={"a": {P5: 3}, "b": {P5: 1}},
+        capacity={P5: 4},
+        changed=["a", "b"],
     )
     assert steps == [("b", {P5: 1}, True), ("a", {P5: 3}, True)]
 
@@ -376,15 +394,22 @@ def test_a_philly_window_outside_the_trace_is_refused(queue, admin, settings):
     settings.REPLAY_TRACE = str(TRACE)
     errors = errors_of(lambda: start(queue, admin, datetime(2018, 3, 1, tzinfo=UTC), source="PHILLY"))
     assert errors == {
-        "start": ["the Philly trace covers 2017-10-17 .. 2017-10-17: choose a window inside it"]}
+        "start": ["the Philly trace covers 2017-10-17 .. 2017-10-17: choose a window inside it"]
+    }
 
 
 def test_a_trace_job_asks_for_the_types_that_hold_its_gpus_with_the_least_waste():
     types = {"ml.g5.xlarge": 1, "ml.g5.12xlarge": 4, P5: 8, "ml.m5.xlarge": 0}
     assert replay_sources.entries_for(1, types) == [
-        Entry("ml.g5.xlarge", 1), Entry("ml.g5.12xlarge", 1), Entry(P5, 1)]
+        Entry("ml.g5.xlarge", 1),
+        Entry("ml.g5.12xlarge", 1),
+        Entry(P5, 1),
+    ]
     assert replay_sources.entries_for(16, types) == [
-        Entry(P5, 2), Entry("ml.g5.12xlarge", 4), Entry("ml.g5.xlarge", 16)]
+        Entry(P5, 2),
+        Entry("ml.g5.12xlarge", 4),
+        Entry("ml.g5.xlarge", 16),
+    ]
     assert replay_sources.entries_for(3, {"ml.m5.xlarge": 0}) == []
 
 
@@ -393,7 +418,8 @@ def test_a_trace_job_asks_for_the_types_that_hold_its_gpus_with_the_least_waste(
 
 def test_gpus_in_use_are_averaged_per_slice_without_spikes_at_slice_edges():
     times, used = whatif_charts.mean_gpus_per_slice(
-        [(0.0, [2], [0]), (10.0, [4], [0]), (35.0, [0], [0])], start=0.0, end=40.0, slices=4)
+        [(0.0, [2], [0]), (10.0, [4], [0]), (35.0, [0], [0])], start=0.0, end=40.0, slices=4
+    )
     assert times == [5.0, 15.0, 25.0, 35.0] and used == [[2.0, 4.0, 4.0, 2.0]]
     # An hour of a real window: many changes, slice edges that floating point cannot hit exactly.
     start = 1_764_633_600.123

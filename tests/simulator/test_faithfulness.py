@@ -52,18 +52,33 @@ def job_stream(seed: int) -> list[dict]:
         first = (first_type, min(rng.choice([1, 2, 3]), CEILING[share][first_type]))
         second = (second_type, min(rng.choice([1, 2]), CEILING[share][second_type]))
         entries = [first, second] if rng.random() < 0.5 else [first]
-        jobs.append({"name": f"j{i}", "share": share, "at": rng.randrange(0, PASS_EVERY * PASSES // 2),
-                     "entries": entries, "priority": rng.choice([0, 0, 10, 50]),
-                     "duration": rng.randrange(40, 400)})
+        jobs.append(
+            {
+                "name": f"j{i}",
+                "share": share,
+                "at": rng.randrange(0, PASS_EVERY * PASSES // 2),
+                "entries": entries,
+                "priority": rng.choice([0, 0, 10, 50]),
+                "duration": rng.randrange(40, 400),
+            }
+        )
     return sorted(jobs, key=lambda job: (job["at"], job["name"]))
 
 
 def run_live(stream: list[dict], base) -> tuple[list[tuple], dict[str, int], dict[str, int]]:
     queue = JobQueueFactory(name="faithful")
     environment_with(queue, CAPACITY)
-    shares = {name: share_with(queue, name, limits, strategy=QuotaShare.Strategy(strategy.value),
-                               borrow_limit=borrow, in_share_preemption=in_share)
-              for name, strategy, limits, borrow, in_share in SHARES}
+    shares = {
+        name: share_with(
+            queue,
+            name,
+            limits,
+            strategy=QuotaShare.Strategy(strategy.value),
+            borrow_limit=borrow,
+            in_share_preemption=in_share,
+        )
+        for name, strategy, limits, borrow, in_share in SHARES
+    }
     ids: dict[str, int] = {}
     durations: dict[int, int] = {}
     pending = list(stream)
@@ -77,8 +92,14 @@ def run_live(stream: list[dict], base) -> tuple[list[tuple], dict[str, int], dic
         while pending and base + timedelta(seconds=pending[0]["at"]) <= now:
             spec = pending.pop(0)
             submitted = base + timedelta(seconds=spec["at"])
-            job = job_in(shares[spec["share"]], spec["entries"], name=spec["name"],
-                         scheduling_priority=spec["priority"], created_at=submitted, runnable_since=submitted)
+            job = job_in(
+                shares[spec["share"]],
+                spec["entries"],
+                name=spec["name"],
+                scheduling_priority=spec["priority"],
+                created_at=submitted,
+                runnable_since=submitted,
+            )
             ids[spec["name"]] = job.pk
             durations[job.pk] = spec["duration"]
         with mock.patch("scheduling.passes.run.timezone.now", return_value=now):
@@ -93,21 +114,34 @@ def run_live(stream: list[dict], base) -> tuple[list[tuple], dict[str, int], dic
 
 def run_replay(stream: list[dict], ids: dict[str, int], share_ids: dict[str, int]) -> list[tuple]:
     configuration = Configuration(
-        name="faithful", capacity=CAPACITY,
-        shares=tuple(ShareConfig(name=name, strategy=strategy, limits=limits, borrow_limit=borrow,
-                                 in_share_preemption=in_share)
-                     for name, strategy, limits, borrow, in_share in SHARES),
+        name="faithful",
+        capacity=CAPACITY,
+        shares=tuple(
+            ShareConfig(
+                name=name, strategy=strategy, limits=limits, borrow_limit=borrow, in_share_preemption=in_share
+            )
+            for name, strategy, limits, borrow, in_share in SHARES
+        ),
         share_ids=share_ids,
     )
-    jobs = [SimJob(id=ids[spec["name"]], share=spec["share"], submitted_at=float(spec["at"]),
-                   entries=tuple(Entry(t, n) for t, n in spec["entries"]), duration=float(spec["duration"]),
-                   priority=spec["priority"])
-            for spec in stream]
-    result = simulate(configuration, jobs, pass_times=[float(i * PASS_EVERY) for i in range(PASSES)],
-                      check=True)
+    jobs = [
+        SimJob(
+            id=ids[spec["name"]],
+            share=spec["share"],
+            submitted_at=float(spec["at"]),
+            entries=tuple(Entry(t, n) for t, n in spec["entries"]),
+            duration=float(spec["duration"]),
+            priority=spec["priority"],
+        )
+        for spec in stream
+    ]
+    result = simulate(
+        configuration, jobs, pass_times=[float(i * PASS_EVERY) for i in range(PASSES)], check=True
+    )
     return sorted(
         (record.pass_index, record.kind, record.job_id, record.instance_type, record.instance_count)
-        for record in result.records if record.kind in {k.value for k in KINDS}
+        for record in result.records
+        if record.kind in {k.value for k in KINDS}
     )
 
 

@@ -62,38 +62,60 @@ class Command(BaseCommand):
 
     def handle(self, *args, runnable, placed, shares, types, repeat, seed, **options):
         if not 1 <= shares <= 20 or not 1 <= types <= 8 or runnable < 1 or placed < 0 or repeat < 1:
-            raise CommandError("need 1 <= --shares <= 20, 1 <= --types <= 8, --runnable >= 1, --placed >= 0, "
-                               "--repeat >= 1")
+            raise CommandError(
+                "need 1 <= --shares <= 20, 1 <= --types <= 8, --runnable >= 1, --placed >= 0, --repeat >= 1"
+            )
         require_scratch_database()
         # A line per decision would bury the figures.
         logging.getLogger("quotaportal.scheduling").setLevel(logging.WARNING)
-        self.stdout.write(f"database: {connection.vendor}; {runnable} RUNNABLE + {placed} placed jobs, "
-                          f"{shares} shares, {types} types, median of {repeat}")
+        self.stdout.write(
+            f"database: {connection.vendor}; {runnable} RUNNABLE + {placed} placed jobs, "
+            f"{shares} shares, {types} types, median of {repeat}"
+        )
         bench_cleanup()
         try:
-            small = self.measure(runnable=max(1, runnable // 10), placed=placed // 10, shares=shares, types=types,
-                                 repeat=1, seed=seed)
+            small = self.measure(
+                runnable=max(1, runnable // 10),
+                placed=placed // 10,
+                shares=shares,
+                types=types,
+                repeat=1,
+                seed=seed,
+            )
             bench_cleanup()
-            full = self.measure(runnable=runnable, placed=placed, shares=shares, types=types, repeat=repeat,
-                                seed=seed)
+            full = self.measure(
+                runnable=runnable, placed=placed, shares=shares, types=types, repeat=repeat, seed=seed
+            )
         finally:
             bench_cleanup()
         rows = [
             ("engine decision time", f"{full['engine_s']:.3f} s"),
             ("floor: read the same rows once", f"{full['floor_s']:.3f} s"),
-            ("full pass (first, writes every reason)", f"{full['pass_s']:.3f} s  = {full['pass_s'] / full['floor_s']:.2f}x floor"),
-            ("full pass (steady, after one pass)", f"{full['steady_s']:.3f} s  = {full['steady_s'] / full['floor_s']:.2f}x floor"),
-            ("decisions", f"{full['admitted']} admitted, {full['preempted']} preempted, {full['pending']} pending"),
-            ("SQL queries per pass", f"{full['queries']} at {runnable + placed} jobs, "
-                                     f"{small['queries']} at {small['jobs']} jobs"),
+            (
+                "full pass (first, writes every reason)",
+                f"{full['pass_s']:.3f} s  = {full['pass_s'] / full['floor_s']:.2f}x floor",
+            ),
+            (
+                "full pass (steady, after one pass)",
+                f"{full['steady_s']:.3f} s  = {full['steady_s'] / full['floor_s']:.2f}x floor",
+            ),
+            (
+                "decisions",
+                f"{full['admitted']} admitted, {full['preempted']} preempted, {full['pending']} pending",
+            ),
+            (
+                "SQL queries per pass",
+                f"{full['queries']} at {runnable + placed} jobs, {small['queries']} at {small['jobs']} jobs",
+            ),
         ]
         width = max(len(label) for label, _ in rows)
         for label, value in rows:
             self.stdout.write(f"  {label.ljust(width)}  {value}")
 
     def measure(self, *, runnable, placed, shares, types, repeat, seed) -> dict:
-        snap = synthetic.build_synthetic_snapshot(runnable=runnable, placed=placed, shares=shares, types=types,
-                                                  seed=seed)
+        snap = synthetic.build_synthetic_snapshot(
+            runnable=runnable, placed=placed, shares=shares, types=types, seed=seed
+        )
         queue = materialize(snap)
         loaded, _ = snapshot.snapshot_load(job_queue=queue, now=timezone.now())
         engine_times, floor_times, pass_times = [], [], []
@@ -126,10 +148,14 @@ class Command(BaseCommand):
             except _Rollback:
                 pass
         return {
-            "jobs": runnable + placed, "engine_s": statistics.median(engine_times),
-            "floor_s": statistics.median(floor_times), "pass_s": statistics.median(pass_times),
+            "jobs": runnable + placed,
+            "engine_s": statistics.median(engine_times),
+            "floor_s": statistics.median(floor_times),
+            "pass_s": statistics.median(pass_times),
             "steady_s": statistics.median(steady_times),
-            "queries": queries, "admitted": len(decisions.admissions), "preempted": len(decisions.preemptions),
+            "queries": queries,
+            "admitted": len(decisions.admissions),
+            "preempted": len(decisions.preemptions),
             "pending": len(decisions.pending),
         }
 
@@ -150,50 +176,95 @@ def read_floor(queue: JobQueue) -> float:
 def materialize(snap: engine.Snapshot) -> JobQueue:
     """Write a synthetic snapshot as database rows, its times shifted to now."""
     shift = timezone.now() - snap.now
-    types = {name: InstanceType.objects.get_or_create(name=name, defaults={"gpu_count": 8})[0]
-             for name in snap.capacity}
+    types = {
+        name: InstanceType.objects.get_or_create(name=name, defaults={"gpu_count": 8})[0]
+        for name in snap.capacity
+    }
     environment = ServiceEnvironment.objects.create(name=f"{PREFIX}env", executor="external")
-    EnvironmentCapacity.objects.bulk_create([
-        EnvironmentCapacity(service_environment=environment, instance_type=types[name], max_capacity=n)
-        for name, n in snap.capacity.items()])
+    EnvironmentCapacity.objects.bulk_create(
+        [
+            EnvironmentCapacity(service_environment=environment, instance_type=types[name], max_capacity=n)
+            for name, n in snap.capacity.items()
+        ]
+    )
     queue = JobQueue.objects.create(name=f"{PREFIX}queue", service_environment=environment)
     team = Team.objects.create(name=f"{PREFIX}team", slug=f"{PREFIX}team")
     share_ids = {}
     for share in snap.shares:
         row = QuotaShare.objects.create(
-            name=share.name, job_queue=queue, team=team, strategy=share.strategy.value,
-            borrow_limit=share.borrow_limit, in_share_preemption=share.in_share_preemption)
+            name=share.name,
+            job_queue=queue,
+            team=team,
+            strategy=share.strategy.value,
+            borrow_limit=share.borrow_limit,
+            in_share_preemption=share.in_share_preemption,
+        )
         share_ids[share.id] = row.pk
-        ShareCapacityLimit.objects.bulk_create([
-            ShareCapacityLimit(quota_share=row, instance_type=types[t], max_capacity=n)
-            for t, n in share.limits.items()])
+        ShareCapacityLimit.objects.bulk_create(
+            [
+                ShareCapacityLimit(quota_share=row, instance_type=types[t], max_capacity=n)
+                for t, n in share.limits.items()
+            ]
+        )
     plans = {}
     for plan in snap.plans:
         row = TrainingPlan.objects.create(
-            name=f"{PREFIX}{plan.name}", job_queue=queue, instance_type=types[plan.instance_type],
-            instance_count=plan.instance_count, start_time=plan.start_time + shift, end_time=plan.end_time + shift)
+            name=f"{PREFIX}{plan.name}",
+            job_queue=queue,
+            instance_type=types[plan.instance_type],
+            instance_count=plan.instance_count,
+            start_time=plan.start_time + shift,
+            end_time=plan.end_time + shift,
+        )
         row.quota_shares.set([share_ids[s] for s in plan.share_ids])
         plans[plan.name] = row
-    jobs = Job.objects.bulk_create([
-        Job(name=f"job-{job.id}", job_queue=queue, quota_share_id=share_ids[job.share_id], team=team,
-            scheduling_priority=job.priority, created_at=job.submitted_at + shift,
-            runnable_since=(job.runnable_since or job.submitted_at) + shift, status=job.status.value,
-            max_pending_seconds=job.max_pending_seconds, preemption_count=job.preemption_count,
-            **placement_fields(job, types, plans, shift))
-        for job in snap.jobs
-    ], batch_size=1000)
-    JobPreference.objects.bulk_create([
-        JobPreference(job_id=row.pk, position=i, instance_type=types[entry.instance_type],
-                      instance_count=entry.instance_count,
-                      training_plan=plans[entry.training_plan] if entry.training_plan else None)
-        for job, row in zip(snap.jobs, jobs, strict=True) for i, entry in enumerate(job.entries)
-    ], batch_size=2000)
-    JobAttempt.objects.bulk_create([
-        JobAttempt(job_id=row.pk, instance_type_id=row.selected_instance_type_id,
-                   instance_count=row.selected_instance_count, training_plan_id=row.selected_training_plan_id,
-                   scheduled_at=row.scheduled_at)
-        for row in jobs if row.scheduled_at is not None
-    ], batch_size=2000)
+    jobs = Job.objects.bulk_create(
+        [
+            Job(
+                name=f"job-{job.id}",
+                job_queue=queue,
+                quota_share_id=share_ids[job.share_id],
+                team=team,
+                scheduling_priority=job.priority,
+                created_at=job.submitted_at + shift,
+                runnable_since=(job.runnable_since or job.submitted_at) + shift,
+                status=job.status.value,
+                max_pending_seconds=job.max_pending_seconds,
+                preemption_count=job.preemption_count,
+                **placement_fields(job, types, plans, shift),
+            )
+            for job in snap.jobs
+        ],
+        batch_size=1000,
+    )
+    JobPreference.objects.bulk_create(
+        [
+            JobPreference(
+                job_id=row.pk,
+                position=i,
+                instance_type=types[entry.instance_type],
+                instance_count=entry.instance_count,
+                training_plan=plans[entry.training_plan] if entry.training_plan else None,
+            )
+            for job, row in zip(snap.jobs, jobs, strict=True)
+            for i, entry in enumerate(job.entries)
+        ],
+        batch_size=2000,
+    )
+    JobAttempt.objects.bulk_create(
+        [
+            JobAttempt(
+                job_id=row.pk,
+                instance_type_id=row.selected_instance_type_id,
+                instance_count=row.selected_instance_count,
+                training_plan_id=row.selected_training_plan_id,
+                scheduled_at=row.scheduled_at,
+            )
+            for row in jobs
+            if row.scheduled_at is not None
+        ],
+        batch_size=2000,
+    )
     return queue
 
 

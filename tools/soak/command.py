@@ -166,17 +166,27 @@ class Config:
                 if limit_share == share_id
             }
             queues.setdefault(share["queue"], ({}, []))[1].append(
-                EngineShare(id=share_id, name=share["name"], strategy=Strategy(share["strategy"]),
-                            limits=limits, borrow_limit=share["borrow_limit"])
+                EngineShare(
+                    id=share_id,
+                    name=share["name"],
+                    strategy=Strategy(share["strategy"]),
+                    limits=limits,
+                    borrow_limit=share["borrow_limit"],
+                )
             )
         return queues
 
     def plan(self, plan_id: int) -> EnginePlan:
         row = self.plans[plan_id]
         # Rule D reads neither the type nor the shares of a plan.
-        return EnginePlan(id=plan_id, name=row["name"], instance_type="",
-                          instance_count=row["instance_count"], start_time=row["start_time"],
-                          end_time=row["end_time"])
+        return EnginePlan(
+            id=plan_id,
+            name=row["name"],
+            instance_type="",
+            instance_count=row["instance_count"],
+            start_time=row["start_time"],
+            end_time=row["end_time"],
+        )
 
 
 def config_load(queue_ids: list[int]) -> Config:
@@ -238,14 +248,20 @@ def capacity_violations(
                 if share.strategy == Strategy.LEND_AND_BORROW:
                     broken.append(f"{name}: usage {breach.held} over its borrow ceiling {breach.allowed}")
                 else:
-                    broken.append(f"{name}: usage {breach.held} over its limit {breach.allowed} "
-                                  f"({share.strategy} never borrows)")
+                    broken.append(
+                        f"{name}: usage {breach.held} over its limit {breach.allowed} "
+                        f"({share.strategy} never borrows)"
+                    )
             elif breach.rule == invariants.IN_USE:
-                broken.append(f"queue {queue} {breach.instance_type}: on-demand usage {breach.held} over "
-                              f"capacity {breach.allowed}")
+                broken.append(
+                    f"queue {queue} {breach.instance_type}: on-demand usage {breach.held} over "
+                    f"capacity {breach.allowed}"
+                )
             else:
-                broken.append(f"queue {queue} {breach.instance_type}: sum of max(usage, reserved) "
-                              f"{breach.held} over capacity {breach.allowed}")
+                broken.append(
+                    f"queue {queue} {breach.instance_type}: sum of max(usage, reserved) "
+                    f"{breach.held} over capacity {breach.allowed}"
+                )
     plans = [(config.plan(plan_id), used) for plan_id, used in plan_usage.items()]
     for breach in invariants.plan_breaches(plans, now=at):
         plan = breach.plan
@@ -549,7 +565,9 @@ class Command(BaseCommand):
             left = list(
                 Job.objects.filter(
                     job_queue_id__in=world["queue_ids"], status__in=UNFINISHED_STATUSES
-                ).values_list("id", "job_queue__name", "status", Coalesce("pending__status_reason", "status_reason"))[:20]
+                ).values_list(
+                    "id", "job_queue__name", "status", Coalesce("pending__status_reason", "status_reason")
+                )[:20]
             )
             self.stats.violation(
                 f"{undrained} (the external executor's last round began "
@@ -584,7 +602,9 @@ class Command(BaseCommand):
 
     def _start_redis(self, port: int) -> str:
         if shutil.which("redis-server") is None:
-            raise CommandError("--own-redis needs redis-server on PATH (Debian: apt-get install redis-server)")
+            raise CommandError(
+                "--own-redis needs redis-server on PATH (Debian: apt-get install redis-server)"
+            )
         if _port_open(port):
             raise CommandError(
                 f"something already listens on 127.0.0.1:{port}: --own-redis needs a free port"
@@ -1014,8 +1034,10 @@ class Command(BaseCommand):
             if now - began >= self.options["drain_seconds"]:
                 return f"the queues did not drain within {self.options['drain_seconds']} s", now - began
             if now - progressed >= self.options["stall_seconds"]:
-                return (f"the drain stalled: no job finished for {self.options['stall_seconds']} s "
-                        f"({now - began:.0f} s into the drain)"), now - began
+                return (
+                    f"the drain stalled: no job finished for {self.options['stall_seconds']} s "
+                    f"({now - began:.0f} s into the drain)"
+                ), now - began
             try:
                 count = unfinished.count()
             except (OperationalError, InterfaceError):

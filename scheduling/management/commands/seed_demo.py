@@ -90,8 +90,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--jobs", type=int, default=36, help="demo jobs to submit (default 36)")
         parser.add_argument(
-            "--force", action="store_true",
-            help="run with DEBUG off: the accounts it creates get random passwords, shown once")
+            "--force",
+            action="store_true",
+            help="run with DEBUG off: the accounts it creates get random passwords, shown once",
+        )
 
     @transaction.atomic
     def handle(self, *args, jobs: int, force: bool = False, **options):
@@ -99,12 +101,15 @@ class Command(BaseCommand):
             raise CommandError(
                 f"seed_demo creates a superuser {ADMIN[0]!r} and team members whose passwords are published, "
                 "and DEBUG is off: this looks like a production server. Run it with DEBUG=1 on a development "
-                "machine, or with --force to create the accounts with random passwords, printed once.")
+                "machine, or with --force to create the accounts with random passwords, printed once."
+            )
         published = settings.DEBUG
         admin_password = ADMIN[1] if published else secrets.token_urlsafe(16)
         member_password = DEMO_PASSWORD if published else secrets.token_urlsafe(16)
         User = get_user_model()
-        admin, created = User.objects.get_or_create(username=ADMIN[0], defaults={"email": "admin@example.com"})
+        admin, created = User.objects.get_or_create(
+            username=ADMIN[0], defaults={"email": "admin@example.com"}
+        )
         admin.is_staff = admin.is_superuser = True
         if created:
             admin.set_password(admin_password)
@@ -114,21 +119,26 @@ class Command(BaseCommand):
         types = {}
         for name, gpus, price in INSTANCE_TYPES:
             types[name], _ = InstanceType.objects.update_or_create(
-                name=name, defaults={"gpu_count": gpus, "hourly_price": price})
+                name=name, defaults={"gpu_count": gpus, "hourly_price": price}
+            )
 
         environment, _ = ServiceEnvironment.objects.get_or_create(name="gpu-fleet")
         for name, maximum in CAPACITY.items():
             EnvironmentCapacity.objects.update_or_create(
-                service_environment=environment, instance_type=types[name], defaults={"max_capacity": maximum})
+                service_environment=environment, instance_type=types[name], defaults={"max_capacity": maximum}
+            )
         queue, _ = JobQueue.objects.get_or_create(
-            name="training", defaults={"service_environment": environment, "priority": 500})
+            name="training", defaults={"service_environment": environment, "priority": 500}
+        )
 
         teams = {}
         for slug, (name, members) in TEAMS.items():
             teams[slug], _ = Team.objects.get_or_create(slug=slug, defaults={"name": name})
             for username, role in members:
                 user, made = User.objects.get_or_create(
-                    username=username, defaults={"email": f"{username}@example.com", "first_name": username.title()})
+                    username=username,
+                    defaults={"email": f"{username}@example.com", "first_name": username.title()},
+                )
                 if made:
                     user.set_password(member_password)
                     user.save()
@@ -139,21 +149,41 @@ class Command(BaseCommand):
         for name, team, strategy, borrow_limit, in_share, limits in SHARES:
             existing = QuotaShare.objects.filter(job_queue=queue, name=name).first()
             rules.validate_quota_share(
-                share=existing, job_queue=queue, name=name, strategy=strategy, borrow_limit=borrow_limit,
-                limits=[rules.LimitInput(types[t], n) for t, n in limits.items()])
+                share=existing,
+                job_queue=queue,
+                name=name,
+                strategy=strategy,
+                borrow_limit=borrow_limit,
+                limits=[rules.LimitInput(types[t], n) for t, n in limits.items()],
+            )
             shares[name], _ = QuotaShare.objects.update_or_create(
-                job_queue=queue, name=name,
-                defaults={"team": teams[team], "strategy": strategy, "borrow_limit": borrow_limit,
-                          "in_share_preemption": in_share})
+                job_queue=queue,
+                name=name,
+                defaults={
+                    "team": teams[team],
+                    "strategy": strategy,
+                    "borrow_limit": borrow_limit,
+                    "in_share_preemption": in_share,
+                },
+            )
             for type_name, maximum in limits.items():
                 ShareCapacityLimit.objects.update_or_create(
-                    quota_share=shares[name], instance_type=types[type_name], defaults={"max_capacity": maximum})
+                    quota_share=shares[name],
+                    instance_type=types[type_name],
+                    defaults={"max_capacity": maximum},
+                )
 
         now = timezone.now()
         plan, made = TrainingPlan.objects.get_or_create(
             name="nlp-p5-december",
-            defaults={"job_queue": queue, "instance_type": types["ml.p5.48xlarge"], "instance_count": 4,
-                      "start_time": now - timedelta(days=1), "end_time": now + timedelta(days=30)})
+            defaults={
+                "job_queue": queue,
+                "instance_type": types["ml.p5.48xlarge"],
+                "instance_count": 4,
+                "start_time": now - timedelta(days=1),
+                "end_time": now + timedelta(days=30),
+            },
+        )
         if made:
             plan.quota_shares.set([shares["nlp"], shares["research"]])
         if plan.end_time < now + timedelta(days=2):
@@ -161,12 +191,17 @@ class Command(BaseCommand):
             plan.start_time, plan.end_time = now - timedelta(days=1), now + timedelta(days=30)
             plan.save(update_fields=["start_time", "end_time"])
 
-        submitted = self._submit_jobs(queue=queue, shares=shares, types=types, plans={plan.name: plan}, count=jobs)
-        summary = (f"demo ready: queue {queue.name} with {len(shares)} shares, plan {plan.name}, "
-                   f"{submitted} new job(s)")
+        submitted = self._submit_jobs(
+            queue=queue, shares=shares, types=types, plans={plan.name: plan}, count=jobs
+        )
+        summary = (
+            f"demo ready: queue {queue.name} with {len(shares)} shares, plan {plan.name}, "
+            f"{submitted} new job(s)"
+        )
         if published:
-            self.stdout.write(self.style.SUCCESS(
-                f"{summary}; sign in as {ADMIN[0]} / {ADMIN[1]}, or ana / {DEMO_PASSWORD}"))
+            self.stdout.write(
+                self.style.SUCCESS(f"{summary}; sign in as {ADMIN[0]} / {ADMIN[1]}, or ana / {DEMO_PASSWORD}")
+            )
             return
         self.stdout.write(self.style.SUCCESS(summary))
         if ADMIN[0] in made_users:
@@ -188,13 +223,18 @@ class Command(BaseCommand):
             entries = rng.choice(PREFERENCE_LISTS[share_name])
             submission = job_services.JobSubmission(
                 name=f"{share_name}-{rng.choice(JOB_NAMES)}-{number + 1:02d}",
-                job_queue=queue, quota_share=share,
+                job_queue=queue,
+                quota_share=share,
                 instance_preferences=[
-                    rules.PreferenceInput(types[t], n, plans[p] if p else None) for t, n, p in entries],
+                    rules.PreferenceInput(types[t], n, plans[p] if p else None) for t, n, p in entries
+                ],
                 scheduling_priority=rng.choice([0, 0, 10, 50, 100]),
                 retry_attempts=2,
                 duration_seconds=rng.randint(45, 600),
-                payload={"image": f"registry.example.com/{share_name}/trainer:2026.11", "epochs": rng.randint(1, 20)},
+                payload={
+                    "image": f"registry.example.com/{share_name}/trainer:2026.11",
+                    "epochs": rng.randint(1, 20),
+                },
                 client_token=f"demo-{number + 1:03d}",
             )
             _, created = job_services.job_submit(user=submitter, submission=submission)
