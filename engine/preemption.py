@@ -8,7 +8,7 @@ Victims are searched in the spec's steps, one function each:
 - `in_share_alone_fallback`: only if that never happens, and the share has in_share_preemption, its
   lower-priority jobs alone until the job fits within what the share may borrow;
 - `put_back_until_minimal`: then every victim whose return still lets the job fit is put back, last taken
-  first, round after round until none can be (as Kueue's preemptor does), so a large low-priority job is not
+  first (as in Kueue's preemptor), round after round until none can be, so a large low-priority job is not
   evicted when a smaller one suffices.
 
 "Fits" is SPEC's "makes room": the environment has the room (invariant B) and the share ends within its own
