@@ -1,22 +1,28 @@
 """Preemption (SPEC 3.4): choose the fewest victims that make room for an on-demand entry, then stop them.
 
-As in Kueue's preemptor, candidates are taken in victim order until the entry fits, then every victim whose
-return still lets it fit is put back, newest first, so a large low-priority job is not evicted when a smaller
-one suffices. Also as in Kueue, a victim set is chosen in one of two stages whose share rule is fixed:
+Victims are searched in the spec's steps, one function each:
 
-- reclaim (and in-share) ending within the share's own limit: borrowers' jobs first, then its own;
-- in-share only, ending within what the share may borrow (a share never reclaims in order to borrow).
+- `reclaim_first_search`: reclaim candidates (jobs of other shares over their limit, each while its share is
+  still over it), then the share's own lower-priority jobs, in victim order, until the job fits with its
+  share ending within its own limit;
+- `in_share_alone_fallback`: only if that never happens, and the share has in_share_preemption, its
+  lower-priority jobs alone until the job fits within what the share may borrow;
+- `put_back_until_minimal`: then every victim whose return still lets the job fit is put back, last taken
+  first (as in Kueue's preemptor), round after round until none can be, so a large low-priority job is not
+  evicted when a smaller one suffices.
 
-A share whose entry fits its own quota tries the first stage; one that would otherwise be borrowing tries the
-second first, so a share borrowing far above its limit gives up one lower-priority job to place a small one,
-rather than as many as it takes to come back within its limit.
+"Fits" is SPEC's "makes room": the environment has the room (invariant B) and the share ends within its own
+limit or, for a set with no reclaim victim left, within what it may borrow (a share never reclaims in order to
+borrow). That rule is not monotone (putting back the last reclaim victim lets the share borrow again), which
+is why the put-back repeats until no victim can be returned.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
+from typing import Protocol
 
 from . import messages
 from .capacity import Holding, WorkingState, victim_key
@@ -24,10 +30,18 @@ from .fit import Fit, within_lendable_capacity, within_own_quota, within_share_c
 from .types import Decisions, Entry, Job, Preemption, PreemptionKind
 
 
+class Trial(Protocol):
+    """Capacity as it would be once the jobs taken so far are gone: what a take and a put-back work on."""
+
+    def take(self, victim: Job) -> None: ...
+
+    def put_back(self, victim: Job) -> None: ...
+
+
 class VictimSet:
     """The entry's instance type as it would be once the victims chosen so far are gone."""
 
-    __slots__ = ("state", "holding", "ledger", "count", "usage", "in_use_or_reserved")
+    __slots__ = ("state", "holding", "ledger", "count", "usage", "in_use_or_reserved", "reclaimed")
 
     def __init__(self, state: WorkingState, holding: Holding, count: int):
         self.state = state
@@ -36,6 +50,7 @@ class VictimSet:
         self.count = count
         self.usage: dict[int, int] = {}
         self.in_use_or_reserved = self.ledger.in_use_or_reserved
+        self.reclaimed = 0  # victims of other shares in the set
 
     def usage_of(self, holding: Holding) -> int:
         return self.usage.get(holding.share.id, holding.usage)
@@ -45,9 +60,11 @@ class VictimSet:
 
     def take(self, victim: Job) -> None:
         self._move(victim, -victim.placement.instance_count)
+        self.reclaimed += victim.share_id != self.holding.share.id
 
     def put_back(self, victim: Job) -> None:
         self._move(victim, victim.placement.instance_count)
+        self.reclaimed -= victim.share_id != self.holding.share.id
 
     def _move(self, victim: Job, change: int) -> None:
         holding = self.state.holding(victim.share_id, self.holding.instance_type)
@@ -55,15 +72,23 @@ class VictimSet:
         after = self.usage[victim.share_id] = before + change
         self.in_use_or_reserved += max(after, holding.reserved) - max(before, holding.reserved)
 
-    def makes_room(self, *, may_borrow: bool) -> bool:
-        """Room: invariant B holds once placed, and the share ends within its limit (or its borrow limit)."""
+    def fits_within_own_limit(self) -> bool:
+        """Room in the environment (invariant B) once placed, with the share ending within its own limit."""
         usage = self.usage_of(self.holding)
-        usage_after = usage + self.count
-        share_rule_holds = within_own_quota(self.holding, usage_after) or (
-            may_borrow and within_share_ceiling(self.holding, usage_after)
-        )
-        return share_rule_holds and within_lendable_capacity(
-            self.ledger, self.holding, self.in_use_or_reserved, usage, usage_after
+        return within_own_quota(self.holding, usage + self.count) and self._environment_has_room(usage)
+
+    def fits_within_borrow_limit(self) -> bool:
+        """Room in the environment (invariant B) once placed, with the share within what it may borrow."""
+        usage = self.usage_of(self.holding)
+        return within_share_ceiling(self.holding, usage + self.count) and self._environment_has_room(usage)
+
+    def makes_room(self) -> bool:
+        """SPEC 3.4: within the share's own limit, or, for a set with no reclaim victim, its borrow limit."""
+        return self.fits_within_own_limit() if self.reclaimed else self.fits_within_borrow_limit()
+
+    def _environment_has_room(self, usage: int) -> bool:
+        return within_lendable_capacity(
+            self.ledger, self.holding, self.in_use_or_reserved, usage, usage + self.count
         )
 
 
@@ -137,53 +162,62 @@ def preemption_may_make_room(state: WorkingState, job: Job, entry: Entry) -> boo
     )
 
 
-def minimal_victims(
-    victims: VictimSet, candidates: Iterable[Job], *, may_borrow: bool
-) -> tuple[Job, ...] | None:
-    """Take candidates in order until the entry fits, then put back, newest first, every one it does not need.
-
-    None when the entry does not fit even without every candidate: no partial preemption.
-    """
+def take_until(trial: Trial, candidates: Iterable[Job], fits: Callable[[], bool]) -> list[Job] | None:
+    """Take candidates in order until the job fits; None when it never does (then nobody is preempted)."""
     taken: list[Job] = []
     for candidate in candidates:
-        victims.take(candidate)
+        trial.take(candidate)
         taken.append(candidate)
-        if victims.makes_room(may_borrow=may_borrow):
-            break
-    else:
-        return None
-    needed: list[Job] = []
-    for candidate in reversed(taken):
-        victims.put_back(candidate)
-        if not victims.makes_room(may_borrow=may_borrow):
-            victims.take(candidate)
-            needed.append(candidate)
-    return tuple(reversed(needed))
+        if fits():
+            return taken
+    return None
 
 
-def reclaim_within_own_quota(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ...] | None:
-    """Reclaim from over-limit shares first, then in-share, so that the share ends within its own limit."""
+def put_back_until_minimal(trial: Trial, taken: list[Job], fits: Callable[[], bool]) -> list[Job]:
+    """Put back, last taken first, every victim whose return still lets the job fit, until none can be."""
+    kept = taken
+    while True:
+        needed: list[Job] = []
+        for victim in reversed(kept):
+            trial.put_back(victim)
+            if not fits():
+                trial.take(victim)
+                needed.append(victim)
+        needed.reverse()
+        if len(needed) == len(kept):
+            return needed
+        kept = needed
+
+
+def reclaim_first_search(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ...] | None:
+    """Reclaim candidates, then in-share ones, in victim order, until the job fits within its own limit."""
     holding = state.holding(job.share_id, entry.instance_type)
     if not can_end_within_own_quota(state, holding, entry.instance_count, job.priority):
         return None
     victims = VictimSet(state, holding, entry.instance_count)
     candidates = chain(reclaim_candidates(state, victims), in_share_candidates(state, holding, job.priority))
-    return minimal_victims(victims, candidates, may_borrow=False)
+    taken = take_until(victims, candidates, victims.fits_within_own_limit)
+    return None if taken is None else tuple(put_back_until_minimal(victims, taken, victims.makes_room))
 
 
-def in_share_while_borrowing(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ...] | None:
-    """Preempt only the share's own lower-priority jobs, ending within what the share may borrow."""
+def in_share_alone_fallback(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ...] | None:
+    """Failing that, with in_share_preemption: in-share candidates alone until it fits its borrow limit."""
     holding = state.holding(job.share_id, entry.instance_type)
+    if not holding.share.in_share_preemption:
+        return None
     victims = VictimSet(state, holding, entry.instance_count)
-    return minimal_victims(victims, in_share_candidates(state, holding, job.priority), may_borrow=True)
+    taken = take_until(
+        victims, in_share_candidates(state, holding, job.priority), victims.fits_within_borrow_limit
+    )
+    return None if taken is None else tuple(put_back_until_minimal(victims, taken, victims.makes_room))
 
 
 def select_victims(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ...] | None:
-    """Within its own quota a share reclaims first; a share that would be borrowing looks in-share first."""
-    holding = state.holding(job.share_id, entry.instance_type)
-    if within_own_quota(holding, holding.usage + entry.instance_count):
-        return reclaim_within_own_quota(state, job, entry)
-    return in_share_while_borrowing(state, job, entry) or reclaim_within_own_quota(state, job, entry)
+    """The victims for an entry: reclaim-first search, else the in-share-alone fallback (None: neither)."""
+    victims = reclaim_first_search(state, job, entry)
+    if victims is None:
+        victims = in_share_alone_fallback(state, job, entry)
+    return victims
 
 
 def first_fit_with_preemption(state: WorkingState, job: Job) -> Fit | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 
 from engine import PLACED_STATUSES, UNLIMITED, Entry, Job, Share, Snapshot, Strategy
@@ -104,3 +105,15 @@ def fits_without_preemption(snap: Snapshot, job: Job, entry: Entry) -> bool:
         for s in snap.shares
     )
     return committed <= snap.capacity.get(instance_type, 0)
+
+
+def makes_room(snap: Snapshot, job: Job, entry: Entry, victim_ids: set[int]) -> bool:
+    """SPEC 3.4: once the victims are gone the environment has the room and the job's share ends within its
+    own limit, or, for a set with no reclaim victim, within what it may borrow."""
+    gone = replace(snap, jobs=tuple(j for j in snap.jobs if j.id not in victim_ids))
+    reclaim = any(j.id in victim_ids and j.share_id != job.share_id for j in snap.jobs)
+    share = next(s for s in snap.shares if s.id == job.share_id)
+    usage_after = on_demand_usage(gone)[share.id, entry.instance_type] + entry.instance_count
+    if reclaim and usage_after > limit(share, entry.instance_type):
+        return False
+    return fits_without_preemption(gone, job, entry)

@@ -92,7 +92,7 @@ def test_runnable_jobs_that_waited_longer_than_max_pending_seconds_time_out():
     assert {p.job_id for p in decisions.pending} == set()
 
 
-def test_lowered_capacity_preempts_over_limit_jobs_in_reclaim_order_until_the_invariants_hold():
+def test_lowered_capacity_stops_over_limit_jobs_in_victim_order_then_puts_back_those_not_needed():
     nlp = share(1, "nlp", LEND, limits={P5: 4})
     vision = share(2, "vision", LEND_AND_BORROW, limits={P5: 4})
     jobs = [
@@ -103,23 +103,58 @@ def test_lowered_capacity_preempts_over_limit_jobs_in_reclaim_order_until_the_in
         runnable(1, vision, entry(P5, 2)),
     ]
 
-    # Capacity was 12 and is now 8: vision holds 8 against a limit of 4.
+    # Capacity was 12 and is now 8: vision holds 8 against a limit of 4. Victim order takes 102 then 101;
+    # with 101 gone 102's return still leaves every invariant holding, so 102 is put back.
     decisions = schedule(snapshot({P5: 8}, [nlp, vision], jobs))
 
-    assert preempted(decisions) == [102, 101]
+    assert preempted(decisions) == [101]
     assert {p.kind for p in decisions.preemptions} == {PreemptionKind.LIMIT_REDUCED}
     assert {p.preemptor_job_id for p in decisions.preemptions} == {None}
     assert decisions.preemptions[0].message == (
-        f"job 102 of share vision preempted to give back 2 {P5}: capacity lowered to 8 with 12 in use "
+        f"job 101 of share vision preempted to give back 4 {P5}: capacity lowered to 8 with 12 in use "
         f"(vision at 8/4)"
     )
-    # 102 would fit again, but a victim waits for the next pass; job 1 takes the room instead.
-    assert admitted(decisions) == {1: (P5, 2, None)}
     assert (
-        reason_of(decisions, 102)
+        reason_of(decisions, 101)
         == "preempted in this pass because capacity was lowered (will be retried next pass)"
     )
-    assert decisions.stats.preemptions["PREEMPTED_LIMIT_REDUCED"] == 2
+    # The environment is full again at 8/8: job 1 waits.
+    assert admitted(decisions) == {}
+    assert decisions.stats.preemptions["PREEMPTED_LIMIT_REDUCED"] == 1
+
+
+def test_lowered_capacity_takes_a_shares_jobs_first_only_while_that_share_is_over_its_limit():
+    nlp = share(1, "nlp", LEND, limits={P5: 4})
+    vision = share(2, "vision", LEND_AND_BORROW, limits={P5: 2})
+    ops = share(3, "ops", LEND_AND_BORROW, limits={P5: 2})
+    jobs = [
+        placed(100, nlp, P5, 4, priority=9),
+        placed(101, vision, P5, 2, priority=0),  # vision at 4/2: taking 101 brings it back to its limit
+        placed(102, vision, P5, 2, priority=1),  # so 102 is not offered before ops's borrower
+        placed(103, ops, P5, 2, priority=2),
+        placed(104, ops, P5, 2, priority=3),
+    ]
+
+    # Capacity was 12 and is now 8 (the limits' sum): 4 too many.
+    decisions = schedule(snapshot({P5: 8}, [nlp, vision, ops], jobs))
+
+    assert preempted(decisions) == [101, 103]
+
+
+def test_a_capacity_cut_restores_the_reserve_guarantee_with_no_reserve_job_waiting():
+    ops = share(1, "ops", RESERVE, limits={P5: 4})  # idle, and keeps its 4
+    vision = share(2, "vision", LEND_AND_BORROW, limits={P5: 2})
+    jobs = [
+        placed(101, vision, P5, 1, priority=0),  # taken first, then put back: 102 alone is enough
+        placed(102, vision, P5, 4, priority=1),
+        placed(103, vision, P5, 1, priority=5),
+    ]
+
+    # Capacity was 10 and is now 6: vision's 6 are no longer outside what ops keeps (4 + 6 > 6).
+    decisions = schedule(snapshot({P5: 6}, [ops, vision], jobs))
+
+    assert preempted(decisions) == [102]
+    assert decisions.preemptions[0].kind == PreemptionKind.LIMIT_REDUCED
 
 
 def test_capacity_lowered_below_what_in_limit_shares_hold_preempts_them_too():
@@ -181,6 +216,35 @@ def test_a_plan_holding_more_than_its_instance_count_gives_back_its_newest_jobs(
         f"job 102 of share nlp preempted to give back 2 {P5} of training plan dec-p5, which holds 6 of the 4 "
         f"it may use now"
     )
+
+
+def test_a_plan_gives_back_its_lowest_priority_jobs_before_its_newest():
+    nlp = share(1, "nlp", LEND, limits={P4: 1})
+    dec = plan(1, "dec-p5", P5, 4)  # was 6
+    jobs = [
+        placed(101, nlp, P5, 2, plan="dec-p5", priority=5, scheduled_minutes_ago=10),
+        placed(102, nlp, P5, 2, plan="dec-p5", priority=0, scheduled_minutes_ago=30),
+        placed(103, nlp, P5, 2, plan="dec-p5", priority=1, scheduled_minutes_ago=20),
+    ]
+
+    decisions = schedule(snapshot({P4: 1}, [nlp], jobs, plans=(dec,)))
+
+    assert preempted(decisions) == [102]
+
+
+def test_a_plan_gives_back_only_what_it_must_after_the_put_back():
+    nlp = share(1, "nlp", LEND, limits={P4: 1})
+    dec = plan(1, "dec-p5", P5, 1)  # was 3
+    jobs = [
+        placed(101, nlp, P5, 1, plan="dec-p5", scheduled_minutes_ago=10),  # first in victim order
+        placed(102, nlp, P5, 2, plan="dec-p5", scheduled_minutes_ago=30),
+    ]
+
+    # 101 then 102 are taken; 101's return leaves the plan at 1/1, so only 102 is stopped.
+    decisions = schedule(snapshot({P4: 1}, [nlp], jobs, plans=(dec,)))
+
+    assert preempted(decisions) == [102]
+    assert decisions.preemptions[0].kind == PreemptionKind.LIMIT_REDUCED
 
 
 def test_a_plan_moved_to_start_later_gives_back_its_jobs():

@@ -330,3 +330,68 @@ def test_a_share_never_reclaims_in_order_to_borrow():
     assert preempted(decisions) == [201, 101]
     assert [p.kind for p in decisions.preemptions] == [PreemptionKind.RECLAIM, PreemptionKind.IN_SHARE]
     assert decisions.admissions[0].borrowed == 0
+
+
+def test_reclaim_candidates_come_before_in_share_ones_when_the_share_would_go_over_its_own_limit():
+    # Issue 13's minimal case: nlp (7 of 7 lent out but 1) must come back within its limit to place job 3.
+    gpu_a, gpu_b = G5, P5
+    nlp = share(1, "nlp", LEND, limits={gpu_b: 7}, in_share_preemption=True)
+    vision = share(2, "vision", LEND_AND_BORROW, limits={gpu_a: 1})  # borrows all the gpu-b it holds
+    jobs = [
+        placed(1, nlp, gpu_b, 1, priority=0, scheduled_minutes_ago=6),
+        placed(2, vision, gpu_b, 1, priority=0, scheduled_minutes_ago=1),
+        placed(4, nlp, gpu_b, 3, priority=1, scheduled_minutes_ago=3),
+        runnable(3, nlp, entry(gpu_b, 4), priority=2),
+    ]
+
+    decisions = schedule(snapshot({gpu_a: 1, gpu_b: 7}, [nlp, vision], jobs))
+
+    # Not job 4, a three-instance job of higher priority, with the borrower left on what nlp lent.
+    assert admitted(decisions) == {3: (gpu_b, 4, None)}
+    assert preempted(decisions) == [2, 1]
+    assert [p.kind for p in decisions.preemptions] == [PreemptionKind.RECLAIM, PreemptionKind.IN_SHARE]
+    assert decisions.admissions[0].borrowed == 0
+
+
+def test_the_in_share_alone_fallback_borrows_and_never_reclaims():
+    vision = share(1, "vision", LEND_AND_BORROW, limits={P5: 2}, in_share_preemption=True)
+    nlp = share(2, "nlp", LEND, limits={P5: 8})
+    ops = share(3, "ops", LEND_AND_BORROW, limits={G5: 1})
+    jobs = [
+        placed(100, vision, P5, 2, priority=0),
+        placed(101, vision, P5, 4, priority=9),  # vision at 6/2
+        placed(200, ops, P5, 2, priority=0),  # a borrower, reclaimable by a share ending within its limit
+        runnable(1, vision, entry(P5, 4), priority=5),
+    ]
+
+    decisions = schedule(snapshot({P5: 10, G5: 1}, [vision, nlp, ops], jobs))
+
+    # Without 101 (not lower priority) vision cannot come back within its limit, so no reclaim set exists;
+    # its in-share candidate alone makes room with vision borrowing.
+    assert admitted(decisions) == {1: (P5, 4, None)}
+    assert preempted(decisions) == [100]
+    assert decisions.preemptions[0].kind == PreemptionKind.IN_SHARE
+    assert decisions.admissions[0].borrowed == 4
+
+
+def test_the_put_back_repeats_until_the_victim_set_is_minimal():
+    vision = share(1, "vision", LEND_AND_BORROW, limits={P5: 4}, in_share_preemption=True)
+    nlp = share(2, "nlp", LEND, limits={P5: 2})
+    ops = share(3, "ops", LEND_AND_BORROW, limits={G5: 1})
+    jobs = [
+        placed(100, vision, P5, 2, priority=9),
+        placed(101, vision, P5, 1, priority=0, scheduled_minutes_ago=10),
+        placed(102, vision, P5, 1, priority=0, scheduled_minutes_ago=30),
+        placed(200, ops, P5, 1, priority=0),  # borrows 1
+        runnable(1, vision, entry(P5, 2), priority=5),
+    ]
+
+    decisions = schedule(snapshot({P5: 6, G5: 1}, [vision, nlp, ops], jobs))
+
+    # Reclaim first: 200, 101, 102 until vision is back within its limit. The first round of the put-back
+    # returns 200 only (101 and 102 were checked while a reclaim victim still held vision to its limit); with
+    # no reclaim victim left vision may borrow, so the second round returns 102 as well.
+    assert admitted(decisions) == {1: (P5, 2, None)}
+    assert preempted(decisions) == [101]
+    assert decisions.preemptions[0].kind == PreemptionKind.IN_SHARE
+    assert decisions.admissions[0].borrowed == 1

@@ -2,8 +2,10 @@
 
 Random queues (1-4 types, 1-5 shares of random strategy, limits, borrow limits and in-share preemption,
 the sum of limits within capacity, 0-2 training plans) receive random jobs; passes run one after another,
-with jobs finishing, time passing and administrators lowering capacities and limits in between. After every
-pass the decisions are applied and checked against `oracle`, which computes the rules from scratch.
+with jobs finishing, time passing and administrators lowering capacities, limits and plans in between. After
+every pass the decisions are applied and checked against `oracle`, which computes the rules from scratch, and
+every victim set and LIMIT_REDUCED stop against `reference`, a plain reading of SPEC 3.4 and of SPEC 2's last
+rule. Runs are derandomized: the same examples on every run, so a failure is reproducible.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from engine import (
     Job,
     JobStatus,
     Ordering,
+    Placement,
     Plan,
     PreemptionKind,
     Share,
@@ -32,8 +35,16 @@ from engine import (
 )
 from engine.order import queue_key
 
+from . import reference
 from .builders import NOW, apply_decisions
-from .oracle import fits_without_preemption, invariant_violations, most_allowed, on_demand_usage
+from .oracle import (
+    fits_without_preemption,
+    invariant_violations,
+    makes_room,
+    most_allowed,
+    on_demand_usage,
+    reserved,
+)
 
 TYPES = ("t0", "t1", "t2", "t3")
 PASSES = 5
@@ -141,7 +152,7 @@ def between_passes(rng: random.Random, snap: Snapshot, first_id: int) -> Snapsho
         now=snap.now + timedelta(seconds=rng.choice([0, 600, 1800, 3600, 3 * 3600])),
         jobs=tuple(job for job in snap.jobs if job.id not in finished),
     )
-    change = rng.choice(["none", "none", "capacity", "limit", "strategy"])
+    change = rng.choice(["none", "none", "capacity", "limit", "strategy", "plan"])
     if change == "capacity":
         instance_type = rng.choice(sorted(snap.capacity))
         owned = sum(s.limits.get(instance_type, 0) for s in snap.shares)
@@ -161,6 +172,14 @@ def between_passes(rng: random.Random, snap: Snapshot, first_id: int) -> Snapsho
         borrow_limit = share.borrow_limit if strategy == Strategy.LEND_AND_BORROW else -1
         changed = replace(share, strategy=strategy, borrow_limit=borrow_limit)
         snap = replace(snap, shares=tuple(changed if s is share else s for s in snap.shares))
+    elif change == "plan" and snap.plans:
+        plan = rng.choice(snap.plans)
+        if rng.random() < 0.8:
+            changed = replace(plan, instance_count=rng.randint(1, plan.instance_count))
+        else:  # moved to start later
+            later = timedelta(minutes=rng.choice([10, 60]))
+            changed = replace(plan, start_time=snap.now + later, end_time=plan.end_time + later)
+        snap = replace(snap, plans=tuple(changed if p is plan else p for p in snap.plans))
     return replace(snap, jobs=snap.jobs + tuple(new_jobs(rng, snap, first_id)))
 
 
@@ -182,7 +201,7 @@ def run_passes(queue: Snapshot, rng: random.Random, first_jobs: list[Job]) -> Co
 
 # The queue is drawn so that Hypothesis can shrink it; the job stream comes from a seeded Random, which keeps
 # a run of 150 queues x 5 passes to seconds (drawing every job field through Hypothesis costs ten times more).
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(queue=queues(), rng=st.randoms(use_true_random=True))
 def test_every_pass_keeps_the_rules(queue: Snapshot, rng: random.Random):
     # Borrowers submit first, so that the shares they borrow from have to reclaim.
@@ -193,7 +212,7 @@ def test_every_pass_keeps_the_rules(queue: Snapshot, rng: random.Random):
         target(float(seen[label]), label=label)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(queue=queues(lenders_and_a_borrower=True), rng=st.randoms(use_true_random=True))
 def test_every_pass_keeps_the_rules_when_lenders_take_back_what_a_borrower_holds(queue: Snapshot, rng):
     borrower = queue.shares[0]
@@ -210,11 +229,112 @@ def test_every_pass_keeps_the_rules_when_lenders_take_back_what_a_borrower_holds
     run_passes(queue, rng, first_jobs + new_jobs(rng, queue, len(first_jobs) + 1))
 
 
+def placed_jobs(rng: random.Random, queue: Snapshot, count: int) -> list[Job]:
+    """Jobs already running, placed at random wherever SPEC 2 allows: within every share's ceiling and
+    invariant B, so that borrowers sit on lent capacity and shares sit at their limits. Borrowers place
+    first, as they would while the lenders are idle."""
+    usage: Counter[tuple[int, str]] = Counter()
+    jobs: list[Job] = []
+    borrowers = [share for share in queue.shares if share.strategy == Strategy.LEND_AND_BORROW]
+    for job_id in range(1, count + 1):
+        share = rng.choice(borrowers if borrowers and job_id <= count // 3 else queue.shares)
+        may_borrow = share.strategy == Strategy.LEND_AND_BORROW
+        types = sorted(t for t in (share.limits if share.limits and not may_borrow else queue.capacity))
+        if not set(types) <= set(queue.capacity):
+            continue
+        instance_type = rng.choice(types)
+        n = rng.choice([1, 1, 2, 3, 4])
+        ceiling = most_allowed(share, instance_type)
+        if ceiling is not None and usage[share.id, instance_type] + n > ceiling:
+            continue
+        usage[share.id, instance_type] += n
+        committed = sum(max(usage[s.id, instance_type], reserved(s, instance_type)) for s in queue.shares)
+        if committed > queue.capacity[instance_type]:
+            usage[share.id, instance_type] -= n
+            continue
+        scheduled_at = NOW - timedelta(minutes=rng.randint(1, 600))
+        jobs.append(
+            Job(
+                id=job_id,
+                share_id=share.id,
+                priority=rng.choice([0, 0, 1, 5, 9]),
+                submitted_at=scheduled_at - timedelta(minutes=rng.randint(0, 60)),
+                entries=(Entry(instance_type, n),),
+                status=JobStatus.RUNNING,
+                placement=Placement(instance_type, n, None, scheduled_at),
+            )
+        )
+    return jobs
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=queues(), rng=st.randoms(use_true_random=True))
+def test_every_victim_set_is_the_references_in_contended_queues(queue: Snapshot, rng: random.Random):
+    # The queue starts full of running jobs of every share, so that the first passes reclaim and preempt
+    # in-share at once, with every victim set checked against the reference as it is chosen.
+    queue = replace(
+        queue,
+        shares=tuple(replace(share, in_share_preemption=rng.random() < 0.7) for share in queue.shares),
+    )
+    running = placed_jobs(rng, queue, rng.randint(10, 40))
+    # Mostly higher priorities than the running jobs', so that in-share candidates exist.
+    waiting = [replace(job, priority=rng.choice([1, 5, 9, 9])) for job in new_jobs(rng, queue, 100)]
+    seen = run_passes(queue, rng, running + waiting)
+    for label in [*(kind.value for kind in PreemptionKind), "drains"]:
+        target(float(seen[label]), label=label)
+
+
+@st.composite
+def contended_types(draw) -> Snapshot:
+    """One type, 2-4 shares owning all or most of it, most with in-share preemption: a pass that preempts."""
+    capacity = draw(st.integers(3, 10))
+    shares = []
+    owned = capacity - draw(st.sampled_from([0, 0, 1]))
+    count = draw(st.integers(2, 4))
+    for share_id in range(1, count + 1):
+        strategy = draw(st.sampled_from([Strategy.LEND_AND_BORROW, Strategy.LEND, Strategy.RESERVE]))
+        limit = draw(st.integers(0, owned)) if share_id < count else owned
+        borrow_limit = -1 if strategy != Strategy.LEND_AND_BORROW else draw(st.sampled_from([-1, 50, 100]))
+        owned -= limit
+        shares.append(
+            Share(
+                id=share_id,
+                name=f"s{share_id}",
+                strategy=strategy,
+                limits={"t0": limit} if limit else {"t1": 1},
+                borrow_limit=borrow_limit,
+                in_share_preemption=draw(st.sampled_from([True, True, False])),
+            )
+        )
+    return Snapshot(now=NOW, capacity={"t0": capacity, "t1": len(shares)}, shares=tuple(shares), jobs=())
+
+
+@settings(max_examples=1500, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=contended_types(), rng=st.randoms(use_true_random=True))
+def test_one_contended_pass_chooses_the_references_victims(queue: Snapshot, rng: random.Random):
+    # Placed on t0 only (the shares that own none of it hold a limit on t1 only, which is not offered here).
+    running = placed_jobs(rng, replace(queue, capacity={"t0": queue.capacity["t0"]}), rng.randint(6, 20))
+    waiting = [
+        Job(
+            id=100 + i,
+            share_id=rng.choice(queue.shares).id,
+            priority=rng.choice([1, 5, 9]),
+            submitted_at=NOW - timedelta(seconds=i),
+            entries=tuple(Entry("t0", rng.randint(1, 5)) for _ in range(rng.randint(1, 2))),
+        )
+        for i in range(rng.randint(1, 3))
+    ]
+    before = replace(queue, jobs=tuple(running + waiting))
+    decisions = schedule(before)
+    check_pass(before, decisions, apply_decisions(before, decisions))
+
+
 def check_pass(before: Snapshot, decisions: Decisions, after: Snapshot) -> None:
     assert invariant_violations(after) == []
     check_decisions_are_consistent(before, decisions)
     check_share_rule_of_placements(decisions, after)
     check_preemptions_were_needed(before, decisions)
+    check_victims_step_by_step(before, decisions)
     check_work_conservation(before, decisions, after)
     check_pending(decisions, after)
 
@@ -288,6 +408,52 @@ def check_preemptions_were_needed(before: Snapshot, decisions: Decisions) -> Non
             assert admission.borrowed == 0
         else:
             assert victim.priority < jobs[admission.job_id].priority
+
+
+def check_victims_step_by_step(before: Snapshot, decisions: Decisions) -> None:
+    """Replays the pass's decisions in the order they were made, checking each victim set where it was chosen.
+
+    LIMIT_REDUCED stops are those of `reference.give_back` and none of them could have been spared. A job
+    preempts only when none of its entries fits without preemption; its victims make room (SPEC 3.4) and are
+    minimal: none could be returned with the job still fitting; entry and victims are `reference`'s.
+    """
+    jobs = {job.id: job for job in before.jobs}
+    current = reference.without(before, {d.job_id for d in decisions.drains})
+    limit_reduced = [p.job_id for p in decisions.preemptions if p.kind == PreemptionKind.LIMIT_REDUCED]
+    assert limit_reduced == reference.give_back(current)
+    current = reference.without(current, set(limit_reduced))
+    assert invariant_violations(current) == []
+    for job_id in limit_reduced:
+        assert invariant_violations(replace(current, jobs=(*current.jobs, jobs[job_id]))) != [], (
+            f"job {job_id} was stopped though its return leaves every invariant holding"
+        )
+    victims_of: dict[int, list[int]] = {}
+    for preemption in decisions.preemptions:
+        if preemption.preemptor_job_id is not None:
+            victims_of.setdefault(preemption.preemptor_job_id, []).append(preemption.job_id)
+    placed_in_pass: set[int] = set()
+    for admission in decisions.admissions:
+        job = jobs[admission.job_id]
+        victims = victims_of.get(job.id, [])
+        if victims:
+            for entry in job.entries:
+                assert not fits_without_preemption(current, job, entry), f"{job.id} fits {entry}"
+            entry = job.entries[admission.entry_index]
+            gone = set(victims)
+            assert makes_room(current, job, entry, gone)
+            for victim in victims:
+                assert not makes_room(current, job, entry, gone - {victim}), f"victim {victim} was not needed"
+            assert reference.first_entry_with_victims(current, job, placed_in_pass) == (
+                admission.entry_index,
+                victims,
+            )
+            current = reference.without(current, gone)
+        placement = Placement(
+            admission.instance_type, admission.instance_count, admission.training_plan, before.now
+        )
+        placed_job = replace(job, status=JobStatus.SCHEDULED, placement=placement)
+        current = replace(current, jobs=(*reference.without(current, {job.id}).jobs, placed_job))
+        placed_in_pass.add(job.id)
 
 
 def check_work_conservation(before: Snapshot, decisions: Decisions, after: Snapshot) -> None:
