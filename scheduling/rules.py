@@ -374,6 +374,34 @@ def _engine_plan(plan: TrainingPlan, entry_type: InstanceType, share_ids: Iterab
     )
 
 
+# JSON from a client (an API body, the submit form's payload) nests at most this deep. Python's decoder turns very
+# deep nesting into a RecursionError, and JSON decoded near the recursion limit cannot be encoded again for the
+# database or a response; nothing quotaportal takes nests deeply.
+MAX_JSON_DEPTH = 32
+JSON_TOO_DEEP = f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+def json_depth(value: object) -> int:
+    """Nesting depth of decoded JSON (a scalar is 0), walked without recursion; the walk stops once past
+    MAX_JSON_DEPTH."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            break
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
 MAX_PAYLOAD_DEPTH = 16
 _JSONB_UNSAFE_TEXT = re.compile("[\x00\ud800-\udfff]")
 

@@ -48,8 +48,9 @@ class UsageMeter:
         self.borrowed = [0.0] * count
         self.lent = [0.0] * count
         self.on_plan = [0.0] * count
-        # (time, GPUs in use per share, GPUs borrowed per share) from that time on
-        self.series: Series = []
+        # (time, GPUs in use per share, GPUs borrowed per share) from that time on. Nothing in use from the
+        # start: a window in which nothing changes is a series of zeros per share, not an empty one.
+        self.series: Series = [(start, (0,) * count, (0,) * count)]
         self._type_rates: dict[str, tuple[list[int], list[int], list[int]]] = {}
         self._loans: dict[tuple[str, int, tuple[int, ...]], tuple[int, ...]] = {}
         self._stale: set[str] = set()

@@ -8,7 +8,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from portal.forms.errors import error_dict
-from portal.forms.fields import MAX_STORED_INT, DateTimeInput
+from portal.forms.fields import DateTimeInput, IdChoiceField
+from portal.params import MAX_STORED_INT
 from scheduling.models import InstanceType, JobQueue, QuotaShare
 from whatif import services
 from whatif.models import WhatIfRun
@@ -20,9 +21,7 @@ STRATEGY_CHOICES = [(value, value) for value in QuotaShare.Strategy.values]
 class WhatIfQueueForm(forms.Form):
     """Which queue the what-if editor shows (a GET form: choosing a queue changes nothing)."""
 
-    job_queue = forms.ModelChoiceField(
-        queryset=JobQueue.objects.order_by("name"), empty_label=None, label="Queue"
-    )
+    job_queue = IdChoiceField(queryset=JobQueue.objects.order_by("name"), empty_label=None, label="Queue")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -37,7 +36,7 @@ class WhatIfForm(forms.Form):
     `s<id>-limit_<type id>` per instance type of the environment (blank: no limit for that type).
     """
 
-    job_queue = forms.ModelChoiceField(queryset=JobQueue.objects.all(), widget=forms.HiddenInput)
+    job_queue = IdChoiceField(queryset=JobQueue.objects.all(), widget=forms.HiddenInput)
     source = forms.ChoiceField(choices=WhatIfRun.Source.choices, widget=forms.RadioSelect, label="Source")
     start = forms.DateTimeField(widget=DateTimeInput(), label="Window start", help_text="UTC")
     days = forms.FloatField(

@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from portal.params import int_param
 from portal.views.common import htmx_target, staff_page
 from scheduling.errors import Conflict
 from scheduling.models import JobQueue
@@ -28,10 +29,8 @@ UNCLAIMED_AFTER = timedelta(seconds=30)
 
 
 def _queue(raw) -> JobQueue | None:
-    try:
-        return JobQueue.objects.filter(pk=int(raw)).first()
-    except (TypeError, ValueError):
-        return None
+    pk = raw if isinstance(raw, int) else int_param(raw, minimum=1)
+    return JobQueue.objects.filter(pk=pk).first() if pk is not None else None
 
 
 def _editor(queue: JobQueue, data=None, base: WhatIfRun | None = None) -> f.WhatIfForm:
@@ -63,8 +62,9 @@ def whatif_new(request):
     or as a past run proposed them (`?from_run=`). POST: start the run and go to its page; every error is
     shown next to its field."""
     base = None
-    if request.method == "GET" and request.GET.get("from_run", "").isdigit():
-        base = selectors.whatif_run(run_id=int(request.GET["from_run"]))
+    from_run = int_param(request.GET.get("from_run"), minimum=1) if request.method == "GET" else None
+    if from_run is not None:
+        base = selectors.whatif_run(run_id=from_run)
     raw = request.POST.get("job_queue") if request.method == "POST" else request.GET.get("job_queue")
     if base is not None and not raw:
         raw = base.job_queue_id

@@ -6,7 +6,8 @@ from __future__ import annotations
 from django import forms
 from django.forms.models import fields_for_model
 
-from portal.forms.fields import DateTimeInput
+from portal.forms.fields import DateTimeInput, IdChoiceField
+from portal.params import MAX_STORED_INT, int_param
 from scheduling import rules
 from scheduling.models import InstanceType, JobQueue, QuotaShare, ServiceEnvironment, TrainingPlan
 
@@ -28,7 +29,11 @@ class LimitFieldsMixin:
         self.instance_types = types
         for type_ in types:
             self.fields[f"{self.limit_prefix}{type_.pk}"] = forms.IntegerField(
-                label=type_.name, required=False, min_value=self.limit_minimum, initial=current.get(type_.pk)
+                label=type_.name,
+                required=False,
+                min_value=self.limit_minimum,
+                max_value=MAX_STORED_INT,
+                initial=current.get(type_.pk),
             )
 
     def limit_bound_fields(self):
@@ -46,8 +51,9 @@ class LimitFieldsMixin:
         proposed = {}
         for type_ in self.instance_types:
             raw = (self.data.get(self.add_prefix(f"{self.limit_prefix}{type_.pk}")) or "").strip()
-            if raw.isdigit():
-                proposed[type_.pk] = int(raw)
+            value = int_param(raw, maximum=MAX_STORED_INT)
+            if value is not None:
+                proposed[type_.pk] = value
         return proposed
 
 
@@ -83,6 +89,7 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                     "in_share_preemption",
                     "state",
                 ],
+                field_classes={"job_queue": IdChoiceField, "team": IdChoiceField},
             )
         )
         if share is not None:
@@ -93,12 +100,9 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
     def job_queue(self) -> JobQueue | None:
         if self.share is not None:
             return self.share.job_queue
-        try:
-            return JobQueue.objects.get(
-                pk=int(self.data.get("job_queue") or self.initial.get("job_queue") or 0)
-            )
-        except (JobQueue.DoesNotExist, ValueError, TypeError):
-            return None
+        raw = self.data.get("job_queue") or self.initial.get("job_queue")
+        pk = raw if isinstance(raw, int) else int_param(raw, minimum=1)
+        return JobQueue.objects.filter(pk=pk).first() if pk is not None else None
 
     def share_fields(self) -> dict:
         names = ["name", "team", "strategy", "borrow_limit", "in_share_preemption", "state"]
@@ -145,7 +149,9 @@ class JobQueueForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields.update(
             fields_for_model(
-                JobQueue, fields=["name", "priority", "state", "service_environment", "ordering"]
+                JobQueue,
+                fields=["name", "priority", "state", "service_environment", "ordering"],
+                field_classes={"service_environment": IdChoiceField},
             )
         )
         # An environment serves one queue: offer the free ones, and this queue's own.
@@ -182,6 +188,7 @@ class TrainingPlanForm(forms.Form):
                     "end_time",
                     "quota_shares",
                 ],
+                field_classes={"job_queue": IdChoiceField, "instance_type": IdChoiceField},
             )
         )
         for name in ("start_time", "end_time"):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from django import forms
 
+from portal.forms.fields import IdChoiceField
+from portal.params import MAX_ID
 from scheduling.models import EventKind, JobQueue, JobStatus, QuotaShare, Team
 
 
 def _optional_choice(queryset, label):
-    return forms.ModelChoiceField(queryset=queryset, required=False, empty_label=label)
+    return IdChoiceField(queryset=queryset, required=False, empty_label=label)
 
 
 class JobFilterForm(forms.Form):
@@ -34,4 +36,4 @@ class EventFilterForm(forms.Form):
     quota_share = _optional_choice(
         QuotaShare.objects.select_related("job_queue").order_by("job_queue__name", "name"), "any share"
     )
-    job = forms.IntegerField(required=False, min_value=1, label="Job id")
+    job = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID, label="Job id")

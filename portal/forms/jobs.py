@@ -7,18 +7,19 @@ import uuid
 
 from django import forms
 
-from portal.forms.fields import MAX_STORED_INT
+from portal.forms.fields import IdChoiceField, ShallowJSONField
+from portal.params import MAX_STORED_INT, int_param
 from scheduling import rules
 from scheduling.models import MAX_PREFERENCES, InstanceType, QuotaShare, State, TrainingPlan, name_validator
 from scheduling.services import jobs as job_services
 
 
-class ShareChoiceField(forms.ModelChoiceField):
+class ShareChoiceField(IdChoiceField):
     def label_from_instance(self, obj: QuotaShare) -> str:
         return f"{obj.job_queue.name} / {obj.name} ({obj.team.name})"
 
 
-class PlanChoiceField(forms.ModelChoiceField):
+class PlanChoiceField(IdChoiceField):
     def label_from_instance(self, obj: TrainingPlan) -> str:
         return f"{obj.name} ({obj.instance_type.name} x{obj.instance_count}, {obj.job_queue.name})"
 
@@ -58,7 +59,7 @@ class JobForm(forms.Form):
         required=False,
         help_text="What the simulated executor runs; blank: until cancelled.",
     )
-    payload = forms.JSONField(
+    payload = ShallowJSONField(
         initial=dict,
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
@@ -82,9 +83,7 @@ class JobForm(forms.Form):
 
 
 class PreferenceForm(forms.Form):
-    instance_type = forms.ModelChoiceField(
-        queryset=InstanceType.objects.order_by("name"), empty_label="instance type"
-    )
+    instance_type = IdChoiceField(queryset=InstanceType.objects.order_by("name"), empty_label="instance type")
     instance_count = forms.IntegerField(min_value=1, max_value=MAX_STORED_INT, initial=1)
     training_plan = PlanChoiceField(
         queryset=TrainingPlan.objects.select_related("instance_type", "job_queue").order_by(
@@ -144,13 +143,10 @@ _ROW_FIELDS = ("instance_type", "instance_count", "training_plan")
 
 def preference_rows(data) -> list[dict[str, str]]:
     """The preference rows as posted, in order: the raw values of each row's fields."""
-    try:
-        total = min(int(data.get(f"{PREFERENCE_PREFIX}-TOTAL_FORMS", 1)), MAX_PREFERENCES)
-    except ValueError:
-        total = 1
+    total = int_param(data.get(f"{PREFERENCE_PREFIX}-TOTAL_FORMS"))
     return [
         {name: data.get(f"{PREFERENCE_PREFIX}-{i}-{name}", "") for name in _ROW_FIELDS}
-        for i in range(max(total, 0))
+        for i in range(1 if total is None else min(total, MAX_PREFERENCES))
     ]
 
 

@@ -7,6 +7,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from portal.forms.filters import EventFilterForm
+from portal.params import int_param
 from portal.views.common import page, refresh_seconds, viewer
 from scheduling.selectors import events
 
@@ -29,17 +30,17 @@ def event_log(request):
     query = request.GET.copy()
     query.pop("after", None)
     query.pop("before", None)
-    after, before = request.GET.get("after", ""), request.GET.get("before", "")
-    tail = bool(request.htmx) and after.isdigit()
-    older = not tail and before.isdigit()
+    after = int_param(request.GET.get("after")) if request.htmx else None
+    before = int_param(request.GET.get("before")) if after is None else None
+    tail, older = after is not None, before is not None
     rows = events.event_log(
         viewer=viewer(request),
         filters=filters,
-        after_id=int(after) if tail else None,
-        before_id=int(before) if older else None,
+        after_id=after,
+        before_id=before,
         limit=settings.PAGE_LIST_SIZE,
     )
-    last_id = rows[0].id if rows else (int(after) if tail else 0)
+    last_id = rows[0].id if rows else (after or 0)
     context = {
         "form": form,
         "rows": rows,

@@ -24,6 +24,7 @@ from portal.forms.jobs import (
     preference_rows,
     with_preference_rows,
 )
+from portal.params import int_param
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
 from scheduling.errors import DomainError, NotAllowed
 from scheduling.selectors import events, jobs
@@ -122,8 +123,10 @@ def _rows_changed(data, action: str):
     rows = preference_rows(data)
     if action == "add":
         rows.append({"instance_type": "", "instance_count": "1", "training_plan": ""})
-    elif action.startswith("remove-") and action[7:].isdigit() and int(action[7:]) < len(rows):
-        del rows[int(action[7:])]
+    elif action.startswith("remove-"):
+        index = int_param(action.removeprefix("remove-"), maximum=len(rows) - 1)
+        if index is not None:
+            del rows[index]
     return with_preference_rows(data, rows)
 
 

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from portal.forms.configuration import JobQueueForm, QuotaShareForm, ServiceEnvironmentForm, TrainingPlanForm
 from portal.forms.errors import add_errors, error_dict
+from portal.params import MAX_STORED_INT, int_param
 from portal.views.common import staff_page
 from scheduling import rules
 from scheduling.models import JobQueue, QuotaShare, ServiceEnvironment, TrainingPlan
@@ -208,9 +209,11 @@ def share_limits_check(request, share_id: int | None = None):
     job_queue = form.job_queue()
     live_errors: dict[str, list[str]] = {}
     if job_queue is not None:
-        try:
-            borrow_limit = int(request.POST.get("borrow_limit") or -1)
-        except ValueError:
+        # Any whole number reaches the rules, so that "-5" is named as they name it; blank or garbage is -1.
+        borrow_limit = int_param(
+            request.POST.get("borrow_limit"), minimum=-MAX_STORED_INT, maximum=MAX_STORED_INT
+        )
+        if borrow_limit is None:
             borrow_limit = -1
         types = {type_.pk: type_ for type_ in form.instance_types}
         try:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 
-from api.parsers import MAX_JSON_DEPTH
-from scheduling.models import Job, ServiceEnvironment
+from scheduling.models import InstanceType, Job, QuotaShare, ServiceEnvironment
+from scheduling.rules import JSON_TOO_DEEP, MAX_JSON_DEPTH
 from tests.api.support import P5, submission
 
 pytestmark = pytest.mark.django_db
@@ -252,3 +253,170 @@ def test_hostile_event_filters_are_refused_or_empty_never_a_500(world, client_fo
 @pytest.mark.parametrize("job_id", ["99999999999999999999999", "-1", "abc", "1.5"])
 def test_hostile_ids_in_urls_are_404(world, client_for, job_id):
     assert client_for(world.admin).get(f"{JOBS}{job_id}/").status_code == 404
+
+
+# --- the pages: ids and numbers from query strings and forms, JSON typed into the submit form ----------------
+
+SUPERSCRIPT_TWO = "\u00b2"  # str.isdigit() says yes, int() says no
+ODD_DIGITS = [SUPERSCRIPT_TWO, "\u0663", "-1", " 7", "1.5", "99999999999999999999", "\x00", ""]
+
+
+def page_client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def job_form(world, **fields) -> dict:
+    """The submit form's POST body: one preference row (one P5 on demand) in share nlp."""
+    data = {
+        "name": "pretrain",
+        "quota_share": world.nlp.pk,
+        "scheduling_priority": 0,
+        "retry_attempts": 1,
+        "payload": "{}",
+        "client_token": "token-1",
+        "pref-TOTAL_FORMS": 1,
+        "pref-INITIAL_FORMS": 0,
+        "pref-MIN_NUM_FORMS": 1,
+        "pref-MAX_NUM_FORMS": 5,
+        "pref-0-instance_type": InstanceType.objects.get(name=P5).pk,
+        "pref-0-instance_count": 1,
+        "pref-0-training_plan": "",
+    }
+    data.update(fields)
+    return data
+
+
+@pytest.mark.parametrize("raw", ODD_DIGITS)
+def test_an_odd_event_cursor_is_ignored_not_a_500(world, raw):
+    client = page_client(world.ana)
+
+    older = client.get("/events/", {"before": raw})
+    tail = client.get("/events/", {"after": raw}, headers={"HX-Request": "true"})
+
+    assert older.status_code == 200 and not older.context["older"]
+    assert tail.status_code == 200 and not tail.context["tail"]  # the whole page, not a tail fragment
+
+
+@pytest.mark.parametrize("raw", ODD_DIGITS)
+def test_removing_an_odd_preference_row_keeps_the_rows_not_a_500(world, raw):
+    response = page_client(world.ana).post("/jobs/new/rows/", job_form(world, action=f"remove-{raw}"))
+
+    assert response.status_code == 200
+    assert 'name="pref-0-instance_type"' in response.content.decode()
+
+
+@pytest.mark.parametrize("raw", [SUPERSCRIPT_TWO, "\u0663", "-1", "99999999999999999999", "\x00"])
+def test_an_odd_preference_row_count_is_one_row_not_a_500(world, raw):
+    response = page_client(world.ana).post(
+        "/jobs/new/rows/", job_form(world, action="add", **{"pref-TOTAL_FORMS": raw})
+    )
+
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("raw", ODD_DIGITS)
+def test_an_odd_from_run_opens_the_empty_editor_not_a_500(world, raw):
+    response = page_client(world.admin).get("/manage/whatif/", {"from_run": raw})
+
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("raw", [SUPERSCRIPT_TWO, "\u0663", "99999999999999999999", "\x00", "1.5"])
+def test_an_odd_queue_in_the_whatif_editor_is_a_404_not_a_500(world, raw):
+    response = page_client(world.admin).get("/manage/whatif/", {"job_queue": raw})
+
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize("raw", ODD_DIGITS)
+@pytest.mark.parametrize("field", ["limit", "borrow_limit", "job_queue"])
+def test_odd_numbers_in_the_live_share_check_are_skipped_not_a_500(world, raw, field):
+    p5 = InstanceType.objects.get(name=P5)
+    data = {"name": "new", "job_queue": world.queue.pk, "strategy": "RESERVE", "borrow_limit": "-1"}
+    data[f"limit_{p5.pk}" if field == "limit" else field] = raw
+
+    response = page_client(world.admin).post("/manage/shares/check/", data)
+
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("raw", [SUPERSCRIPT_TWO, "99999999999999999999", "-1", "1.5", "\x00"])
+def test_an_odd_limit_on_the_share_form_is_an_error_on_its_field(world, raw):
+    p5 = InstanceType.objects.get(name=P5)
+    data = {"name": "new", "job_queue": world.queue.pk, "team": world.team_nlp.pk, "strategy": "RESERVE"}
+    data.update({"borrow_limit": "-1", "state": "ENABLED", f"limit_{p5.pk}": raw})
+
+    response = page_client(world.admin).post("/manage/shares/new/", data)
+
+    # The administration's forms answer 200 with the errors beside their fields (as Django's admin does).
+    assert response.status_code == 200
+    assert list(response.context["form"].errors) == [f"limit_{p5.pk}"]
+    assert not QuotaShare.objects.filter(name="new").exists()
+
+
+@pytest.mark.parametrize("raw", ["99999999999999999999", str(2**31)])
+def test_an_environment_capacity_beyond_the_column_is_an_error_on_its_field_not_an_overflow(world, raw):
+    p5 = InstanceType.objects.get(name=P5)
+    data = {"name": "big", "state": "ENABLED", "executor": "SIMULATED", f"capacity_{p5.pk}": raw}
+
+    response = page_client(world.admin).post("/manage/environments/new/", data)
+
+    assert response.status_code == 200
+    assert f"capacity_{p5.pk}" in response.context["form"].errors
+    assert not ServiceEnvironment.objects.filter(name="big").exists()
+
+
+@pytest.mark.parametrize("raw", ["\x00", SUPERSCRIPT_TWO, "99999999999999999999"])
+@pytest.mark.parametrize("field", ["job_queue", "team"])
+def test_an_odd_choice_on_the_share_form_is_an_error_on_its_field(world, raw, field):
+    data = {"name": "new", "job_queue": world.queue.pk, "team": world.team_nlp.pk, "strategy": "RESERVE"}
+    data.update({"borrow_limit": "-1", "state": "ENABLED", field: raw})
+
+    response = page_client(world.admin).post("/manage/shares/new/", data)
+
+    assert response.status_code == 200
+    assert "Select a valid choice" in response.context["form"].errors[field][0]
+    assert not QuotaShare.objects.filter(name="new").exists()
+
+
+@pytest.mark.parametrize("raw", ["\x00", "1\x00", SUPERSCRIPT_TWO, "\u0663", "99999999999999999999", "-1"])
+@pytest.mark.parametrize("url", ["/jobs/new/", "/jobs/new/validate/"])
+def test_an_odd_quota_share_in_the_submit_form_is_an_error_on_the_field(world, raw, url):
+    response = page_client(world.ana).post(url, job_form(world, quota_share=raw))
+
+    assert response.status_code == (400 if url == "/jobs/new/" else 200)
+    assert "Select a valid choice" in response.context["form"].errors["quota_share"][0]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("raw", ["\x00", SUPERSCRIPT_TWO, "99999999999999999999"])
+def test_an_odd_instance_type_or_plan_in_a_preference_row_is_an_error_on_the_row(world, raw):
+    client = page_client(world.ana)
+
+    for field in ("pref-0-instance_type", "pref-0-training_plan"):
+        response = client.post("/jobs/new/", job_form(world, **{field: raw}))
+        assert response.status_code == 400
+        assert "Select a valid choice" in str(response.context["formset"].errors[0])
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("raw", ["\x00", SUPERSCRIPT_TWO, "99999999999999999999"])
+def test_odd_list_filters_on_the_pages_are_ignored_not_a_500(world, raw):
+    client = page_client(world.admin)
+
+    for url in ("/jobs/", "/events/"):
+        for field in ("job_queue", "quota_share", "team", "job", "page"):
+            assert client.get(url, {field: raw}).status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/jobs/new/", "/jobs/new/validate/"])
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 1_000, 100_000])
+def test_a_payload_nested_too_deep_in_the_submit_form_is_refused_like_the_api(world, url, depth):
+    response = page_client(world.ana).post(url, job_form(world, payload="[" * depth + "]" * depth))
+
+    assert response.status_code == (400 if url == "/jobs/new/" else 200)
+    assert response.context["form"].errors["payload"] == [JSON_TOO_DEEP]
+    assert JSON_TOO_DEEP in response.content.decode()
+    assert not Job.objects.exists()

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from engine import Entry
 from scheduling.errors import Conflict
-from scheduling.models import Event, EventKind, QuotaShare
+from scheduling.models import Event, EventKind, InstanceType, QuotaShare
 from scheduling.services import configuration as config_services
 from tests.engine.test_purity import imported_modules
 from tests.factories import JobQueueFactory, UserFactory, environment_with, job_in, share_with
@@ -434,3 +434,57 @@ def test_gpus_in_use_are_averaged_per_slice_without_spikes_at_slice_edges():
 def test_the_charts_module_is_pure_python():
     source = Path(whatif_charts.__file__).read_text()
     assert "django" not in imported_modules(source)
+
+
+# --- windows in which nothing changes -----------------------------------------------------------------------
+
+
+def assert_done_with_zero_usage(run: WhatIfRun) -> None:
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    assert run.progress == 1.0 and run.error == ""
+    for side in ("current", "proposed"):
+        overall = run.result[side]["overall"]
+        assert overall["gpu_hours"]["used"] == overall["gpu_hours"]["borrowed"] == 0
+        assert all(item["gpu_hours"]["used"] == 0 for item in run.result[side]["shares"])
+    assert set(run.charts) == {"utilization_current", "utilization_proposed", "waits"}
+    assert all(whatif_charts.svg_problem(svg) is None for svg in run.charts.values())
+
+
+def test_a_history_window_in_which_no_job_is_ever_placed_finishes_done_with_zero_usage(queue, admin, begin):
+    vision = QuotaShare.objects.get(name="vision")
+    job_in(vision, [(P5, 5)], name="too-big", created_at=begin, runnable_since=begin, duration_seconds=HOUR)
+
+    run = whatif_services.whatif_run_execute(run_id=start(queue, admin, begin).pk)
+
+    assert_done_with_zero_usage(run)
+    assert run.result["current"]["overall"]["jobs"]["arrived"] == 1
+
+
+def test_a_philly_window_with_no_job_for_the_queue_finishes_done_with_zero_usage(settings, admin):
+    """A queue of CPU instances: no trace job asks for what it has, so the replay has no job at all."""
+    settings.REPLAY_TRACE = str(TRACE)
+    queue = JobQueueFactory(name="cpu")
+    cpu = "ml.m5.xlarge"
+    environment_with(queue, {cpu: 4})
+    InstanceType.objects.filter(name=cpu).update(gpu_count=0)
+    share_with(queue, "etl", {cpu: 2})
+    share_with(queue, "batch", {cpu: 2})
+    lend = [
+        ShareProposal(
+            name="etl", limits={cpu: 2}, strategy="LEND", borrow_limit=-1, in_share_preemption=False
+        ),
+        ShareProposal(
+            name="batch",
+            limits={cpu: 2},
+            strategy="LEND_AND_BORROW",
+            borrow_limit=100,
+            in_share_preemption=False,
+        ),
+    ]
+    run = start(queue, admin, datetime(2017, 10, 17, tzinfo=UTC), shares=lend, source="PHILLY", days=0.25)
+
+    run = whatif_services.whatif_run_execute(run_id=run.pk)
+
+    assert_done_with_zero_usage(run)
+    assert run.result["current"]["overall"]["jobs"]["arrived"] == 0
+    assert run.result["proposed"]["overall"]["jobs"]["arrived"] == 0

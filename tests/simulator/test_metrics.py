@@ -109,3 +109,40 @@ def test_the_meter_lends_what_share_usage_says_is_lent():
         )
         expected = {row.share_id: row.lent for row in rows}
         assert meter._lent("t", held) == tuple(expected.get(s, 0) for s in share_ids)
+
+
+@pytest.mark.parametrize("window", [{"start": T0, "end": T0 + 3600}, {}])
+def test_a_replay_of_no_jobs_is_all_zeros_not_a_failure(window):
+    setup = config(share("a", RESERVE, small=2), share("b", LEND, small=2))
+
+    metrics = summarize(simulate(setup, [], **window), buckets=4)
+
+    assert metrics["overall"]["jobs"]["arrived"] == 0
+    assert metrics["overall"]["gpu_hours"]["used"] == metrics["overall"]["gpu_hours"]["borrowed"] == 0
+    assert all(item["gpu_hours"]["used"] == 0 for item in metrics["shares"])
+    assert metrics["series"]["gpus_in_use"] == {"a": [0.0] * 4, "b": [0.0] * 4}
+    assert metrics["series"]["gpus_borrowed"] == {"a": [0.0] * 4, "b": [0.0] * 4}
+
+
+def test_a_replay_in_which_no_job_is_ever_placed_is_all_zeros():
+    setup = config(share("a", RESERVE, small=2), share("b", LEND, small=2))
+    too_big = job(1, "a", 0, 600, ("ml.g5.xlarge", 5))  # more than the capacity of its only type
+
+    metrics = summarize(simulate(setup, [too_big], start=T0, end=T0 + 3600), buckets=2)
+
+    assert metrics["overall"]["jobs"]["arrived"] == 1
+    assert metrics["overall"]["gpu_hours"]["used"] == 0
+    assert metrics["series"]["gpus_in_use"] == {"a": [0.0, 0.0], "b": [0.0, 0.0]}
+
+
+def test_a_meter_that_saw_no_change_has_a_series_of_zeros_for_every_share():
+    meter = UsageMeter(
+        share_ids=[1, 2], capacity={}, limits={}, strategies={1: RESERVE, 2: LEND}, gpus={}, start=T0
+    )
+    meter.advance(T0 + 3600)
+
+    times, used, borrowed = bucket_series(meter.series, start=T0, end=T0 + 3600, buckets=3)
+
+    assert meter.series == [(T0, (0, 0), (0, 0))]
+    assert len(times) == 3 and used == borrowed == [[0.0] * 3, [0.0] * 3]
+    assert meter.on_demand == meter.borrowed == meter.lent == meter.on_plan == [0.0, 0.0]
