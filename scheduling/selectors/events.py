@@ -152,7 +152,9 @@ def events_visible_to(viewer: Viewer) -> Q:
     """
     if viewer.is_staff:
         return Q()
-    configuration = Q(team__isnull=True, kind=EventKind.CONFIG_CHANGED) & ~Q(data__object=JOB_LABEL)
+    configuration = Q(team__isnull=True, kind=EventKind.CONFIG_CHANGED) & (
+        Q(data__object__isnull=True) | ~Q(data__object=JOB_LABEL)
+    )
     return Q(team_id__in=viewer.team_ids) | Q(other_job__team_id__in=viewer.team_ids) | configuration
 
 
