@@ -29,8 +29,9 @@ class TrainingPlanFilter(filters.FilterSet):
 
 class JobFilter(filters.FilterSet):
     status = filters.ChoiceFilter(choices=JobStatus.choices)
-    quota_share = filters.CharFilter(field_name="quota_share__name", help_text="name of the quota share")
-    job_queue = filters.CharFilter(field_name="job_queue__name", help_text="name of the job queue")
+    # The names a job keeps: a deleted share's or queue's jobs are still found by them.
+    quota_share = filters.CharFilter(field_name="quota_share_name", help_text="name of the quota share")
+    job_queue = filters.CharFilter(field_name="job_queue_name", help_text="name of the job queue")
     team = filters.CharFilter(field_name="team__slug", help_text="slug of the team")
 
     class Meta:

@@ -30,6 +30,7 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.selectors.events import event_text
 from scheduling.services import executor as executor_services
 from scheduling.services import jobs as job_services
 
@@ -345,6 +346,12 @@ class JobSerializer(StrictModelSerializer):
         # client_token's uniqueness is job_submit's business: a repeat returns the first job, it is no error.
         validators = []
 
+    def to_representation(self, job: Job) -> dict:
+        body = super().to_representation(job)
+        # The names it was submitted under, which outlive a deleted queue or share.
+        body["job_queue"], body["quota_share"] = job.job_queue_name, job.quota_share_name
+        return body
+
     def validate(self, attrs):
         job_queue, name = attrs["job_queue"], attrs["quota_share"]
         share = QuotaShare.objects.select_related("team").filter(job_queue=job_queue, name=name).first()
@@ -391,9 +398,20 @@ class JobReportSerializer(StrictSerializer):
 
 
 class JobSummarySerializer(serializers.ModelSerializer):
-    """A job named inside another object: no payload, whoever reads it."""
+    """A job named inside another object: no payload, whoever reads it; no name unless the reader sees it.
 
+    The reader is the context's `viewer` (`scheduling.selectors.visibility.Viewer`); without one, all of it.
+    """
+
+    name = serializers.CharField(read_only=True, allow_null=True, help_text="null for another team's job")
     team = NameField("team", slug_field="slug", read_only=True)
+
+    def to_representation(self, job: Job) -> dict:
+        body = super().to_representation(job)
+        viewer = self.context.get("viewer")
+        if viewer is not None and not viewer.sees_team(job.team_id):
+            body["name"] = None
+        return body
 
     class Meta:
         model = Job
@@ -414,6 +432,30 @@ class EventSerializer(serializers.ModelSerializer):
     instance_type = NameField("instance type", read_only=True)
     actor = NameField("user", slug_field="username", read_only=True)
     data = JsonObjectField(read_only=True, help_text="for CONFIG_CHANGED: object, id, action, before, after")
+    message = serializers.CharField(
+        read_only=True, help_text="about another team's job: a summary naming no job, user or reason"
+    )
+
+    def to_representation(self, event: Event) -> dict:
+        body = super().to_representation(event)
+        # A deleted share leaves its name on its jobs.
+        if body["quota_share"] is None and event.job is not None:
+            body["quota_share"] = event.job.quota_share_name
+        viewer = self.context.get("viewer")
+        if viewer is not None:
+            body["message"] = event_text(
+                viewer,
+                team_id=event.team_id,
+                kind=event.kind,
+                message=event.message,
+                share_name=body["quota_share"],
+                other_share_name=body["other_share"],
+                instances=event.instances,
+                instance_type=body["instance_type"],
+            )
+            if event.team_id is not None and not viewer.sees_team(event.team_id):
+                body["data"] = {}  # a job's priority change names its values: its team's business
+        return body
 
     class Meta:
         model = Event

@@ -6,6 +6,9 @@ Every list reads a constant number of queries whatever its page size (tests/api/
 
 from __future__ import annotations
 
+import dataclasses
+from functools import cached_property
+
 from django.db.models import Prefetch, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -41,8 +44,10 @@ from scheduling.models import (
     TrainingPlan,
 )
 from scheduling.passes import run as passes
+from scheduling.selectors.events import events_visible_to
 from scheduling.selectors.jobs import jobs_for_user, jobs_in_full
 from scheduling.selectors.queue import QueueSnapshot, queue_snapshot
+from scheduling.selectors.visibility import Viewer, viewer_for
 from scheduling.services import configuration as config_services
 from scheduling.services import executor as executor_services
 from scheduling.services import jobs as job_services
@@ -110,6 +115,9 @@ class TeamViewSet(ConfigViewSet):
         Prefetch("memberships", queryset=Membership.objects.select_related("user").order_by("user__username"))
     )
     serializer_class = s.TeamSerializer
+
+    def perform_destroy(self, instance):
+        config_services.team_delete(team=instance, actor=self.request.user)
 
     @extend_schema(
         request=s.TeamMemberSerializer,
@@ -388,21 +396,40 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     )
 )
 class EventViewSet(mixins.ListModelMixin, ApiViewSet):
-    """Every signed-in user reads every event; a job inside an event is a summary, never its payload."""
+    """A member reads their teams' events and the configuration's (SPEC 5), decided by each event's team; a job
+    inside an event is a summary, never its payload, and another team's job has no name."""
 
     serializer_class = s.EventSerializer
     filterset_class = EventFilter
     permission_classes = [IsAuthenticated]
 
+    @cached_property
+    def viewer(self) -> Viewer:
+        """Who reads (1 query): executor accounts read every event, as they read every job."""
+        user = self.request.user
+        return dataclasses.replace(viewer_for(user=user), is_staff=sees_all_jobs(user))
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        if not getattr(self, "swagger_fake_view", False):  # the schema generator has no user
+            context["viewer"] = self.viewer
+        return context
+
     def get_queryset(self):
-        events = Event.objects.select_related(
-            "job_queue",
-            "job__team",
-            "quota_share",
-            "other_job__team",
-            "other_share",
-            "instance_type",
-            "actor",
-        ).defer("job__payload", "other_job__payload")
+        if getattr(self, "swagger_fake_view", False):
+            return Event.objects.none()
+        events = (
+            Event.objects.filter(events_visible_to(self.viewer))
+            .select_related(
+                "job_queue",
+                "job__team",
+                "quota_share",
+                "other_job__team",
+                "other_share",
+                "instance_type",
+                "actor",
+            )
+            .defer("job__payload", "other_job__payload")
+        )
         tailing = any(self.request.query_params.get(name) for name in ("since", "since_id"))
         return events.order_by("created_at", "id") if tailing else events.order_by("-created_at", "-id")

@@ -212,6 +212,9 @@ class TeamAdmin(ServiceAdmin):
         self._members_save(request, team, formsets)
         return team
 
+    def service_delete(self, request, obj) -> None:
+        config_services.team_delete(team=obj, actor=request.user)
+
     def _members_save(self, request, team: Team, formsets) -> None:
         for formset in formsets:
             for row in formset.forms:
@@ -362,8 +365,9 @@ class JobAdmin(admin.ModelAdmin):
     list_display = (
         "id",
         "name",
-        "job_queue",
-        "quota_share",
+        "job_queue_name",
+        "quota_share_name",
+        "team",
         "status",
         "scheduling_priority",
         "selected_instance_type",

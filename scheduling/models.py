@@ -265,8 +265,17 @@ FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 class Job(models.Model):
     name = models.CharField(max_length=128, validators=[name_validator])
     # The (x, status) indexes in Meta serve these foreign keys too: every index is work for each pass's writes.
-    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="jobs", db_index=False)
-    quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="jobs", db_index=False)
+    # A job outlives its queue and share (SPEC 1: deleting them cancels it, and it stays readable): the link
+    # goes, the name stays (`*_name`, written at submission and on a rename). An unfinished job always has
+    # both links (constraint below). Its team is for good: a team with jobs cannot be deleted.
+    job_queue = models.ForeignKey(
+        JobQueue, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs", db_index=False
+    )
+    job_queue_name = models.CharField(max_length=128)
+    quota_share = models.ForeignKey(
+        QuotaShare, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs", db_index=False
+    )
+    quota_share_name = models.CharField(max_length=128)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs", db_index=False)
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
@@ -327,6 +336,11 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(status__in=[s.value for s in JobStatus]), name="job_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in FINISHED_STATUSES])
+                | Q(job_queue__isnull=False, quota_share__isnull=False),
+                name="job_unfinished_has_queue_and_share",
             ),
         ]
 
@@ -458,6 +472,10 @@ class Event(models.Model):
     """What happened, for people and for the audit log. Never updated once written."""
 
     kind = models.CharField(max_length=32, choices=EventKind.choices)
+    # The team whose job the event is about, for good (the job's team); None for configuration and queue
+    # events. Who may read an event is decided by it (`scheduling.selectors.events`), never through links
+    # that a deleted share or queue sets to NULL.
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     # Only the indexes the event log reads by are kept: a pass writes thousands of events at once.
     job_queue = models.ForeignKey(
         JobQueue, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False

@@ -142,7 +142,9 @@ def job_in(
     job = Job.objects.create(
         name=fields.pop("name", "job"),
         job_queue=share.job_queue,
+        job_queue_name=share.job_queue.name,
         quota_share=share,
+        quota_share_name=share.name,
         team=share.team,
         submitted_by=user,
         **fields,

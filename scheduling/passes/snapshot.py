@@ -48,6 +48,7 @@ JOB_COLUMNS = (
     "pending__status_reason",
     "pending__queue_position",
     "borrowed_instances",
+    "team_id",
 )
 
 
@@ -174,6 +175,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             _reason,
             _position,
             _borrowed,
+            _team_id,
         ) = row
         index.jobs[job_id] = row
         status = statuses[status]

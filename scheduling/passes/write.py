@@ -29,9 +29,9 @@ from scheduling.passes.bulk import rows_delete, rows_insert, rows_update
 from scheduling.passes.snapshot import JOB_COLUMNS, Index
 
 decision_logger = logging.getLogger("quotaportal.scheduling.decisions")
-_SHARE, _REASON, _POSITION = (
+_SHARE, _REASON, _POSITION, _TEAM = (
     JOB_COLUMNS.index(name)
-    for name in ("quota_share_id", "pending__status_reason", "pending__queue_position")
+    for name in ("quota_share_id", "pending__status_reason", "pending__queue_position", "team_id")
 )
 
 _FULL_FIELDS = (
@@ -195,6 +195,7 @@ def decisions_write(
             dict(
                 kind=str(kind),
                 job_id=job_id,
+                team_id=index.jobs[job_id][_TEAM],
                 job_queue_id=job_queue.pk,
                 quota_share_id=index.jobs[job_id][_SHARE],
                 message=message,

@@ -7,8 +7,10 @@ from datetime import datetime
 
 from django.db.models import Q
 
-from scheduling.models import PREEMPTION_KINDS, Event, EventKind
+from scheduling.models import PREEMPTION_KINDS, Event, EventKind, Job
 from scheduling.selectors.visibility import JobRef, Viewer, job_ref
+
+JOB_LABEL = Job._meta.label  # a job's priority change is a CONFIG_CHANGED event of its team
 
 _KIND_SUMMARIES = {
     EventKind.PREEMPTED_RECLAIM: "{other} reclaimed capacity lent to {share}, stopping a job on {amount}",
@@ -47,12 +49,37 @@ class EventRow:
     text: str  # the event's message, or a summary when it is about another team's job
 
 
+def event_text(
+    viewer: Viewer,
+    *,
+    team_id: int | None,
+    kind: str,
+    message: str,
+    share_name: str | None,
+    other_share_name: str | None,
+    instances: int | None,
+    instance_type: str | None,
+) -> str:
+    """The event's message for its team (and for a configuration event, which has none); for anyone else a
+    summary from its structured fields, which names no job, user or reason."""
+    if viewer.sees_team(team_id) or (team_id is None and kind == EventKind.CONFIG_CHANGED):
+        return message
+    amount = f"{instances} {instance_type}" if instances else "capacity"
+    return _KIND_SUMMARIES.get(kind, "a job of {share}: {kind}").format(
+        share=share_name or "a deleted share",
+        other=other_share_name or "another share",
+        amount=amount,
+        kind=kind,
+    )
+
+
 def _event_rows(viewer: Viewer, events) -> list[EventRow]:
     rows = []
     for e in events:
-        share_name = e["quota_share__name"]
+        # A deleted share leaves its name on its jobs.
+        share_name = e["quota_share__name"] or e["job__quota_share_name"]
         job = job_ref(
-            viewer, job_id=e["job_id"], name=e["job__name"], team_id=e["job__team_id"], share_name=share_name
+            viewer, job_id=e["job_id"], name=e["job__name"], team_id=e["team_id"], share_name=share_name
         )
         other_job = job_ref(
             viewer,
@@ -61,16 +88,16 @@ def _event_rows(viewer: Viewer, events) -> list[EventRow]:
             team_id=e["other_job__team_id"],
             share_name=e["other_share__name"],
         )
-        if job is None or job.visible:
-            text = e["message"]
-        else:
-            amount = f"{e['instances']} {e['instance_type__name']}" if e["instances"] else "capacity"
-            text = _KIND_SUMMARIES.get(e["kind"], "a job of {share}: {kind}").format(
-                share=share_name,
-                other=e["other_share__name"] or "another share",
-                amount=amount,
-                kind=e["kind"],
-            )
+        text = event_text(
+            viewer,
+            team_id=e["team_id"],
+            kind=e["kind"],
+            message=e["message"],
+            share_name=share_name,
+            other_share_name=e["other_share__name"],
+            instances=e["instances"],
+            instance_type=e["instance_type__name"],
+        )
         rows.append(
             EventRow(
                 id=e["id"],
@@ -101,9 +128,10 @@ _EVENT_COLUMNS = (
     "quota_share__name",
     "other_share_id",
     "other_share__name",
+    "team_id",
     "job_id",
     "job__name",
-    "job__team_id",
+    "job__quota_share_name",
     "other_job_id",
     "other_job__name",
     "other_job__team_id",
@@ -114,13 +142,20 @@ _EVENT_COLUMNS = (
 )
 
 
-def _events_visible_to(viewer: Viewer) -> Q:
-    """Staff: every event. Members: configuration and queue events, and those naming a job of their teams."""
+def events_visible_to(viewer: Viewer) -> Q:
+    """Staff: every event. Members: their teams' events, those where a job of theirs preempted, and the
+    configuration events that belong to no team.
+
+    Decided by the event's own team, which it keeps for good, never by its links to a job or share, which a
+    deleted share or queue sets to NULL. A job event left without a team (its job deleted before events kept
+    one) is read by staff only.
+    """
     if viewer.is_staff:
         return Q()
-    return (
-        Q(job__isnull=True) | Q(job__team_id__in=viewer.team_ids) | Q(other_job__team_id__in=viewer.team_ids)
+    configuration = Q(team__isnull=True, kind=EventKind.CONFIG_CHANGED) & (
+        Q(data__object__isnull=True) | ~Q(data__object=JOB_LABEL)
     )
+    return Q(team_id__in=viewer.team_ids) | Q(other_job__team_id__in=viewer.team_ids) | configuration
 
 
 def evictions(
@@ -157,7 +192,7 @@ def event_log(
 ) -> list[EventRow]:
     """Events newest first; with `after_id`, only those newer than it (the live tail); with `before_id`, only
     older ones (the next page). 1 query."""
-    events = Event.objects.filter(_events_visible_to(viewer))
+    events = Event.objects.filter(events_visible_to(viewer))
     if filters.kind:
         events = events.filter(kind=filters.kind)
     if filters.job_queue_id:

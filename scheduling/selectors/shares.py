@@ -78,13 +78,19 @@ def share_detail(*, viewer: Viewer, share: QuotaShare, job_limit: int = 100) -> 
     pending: list[Job] = []
     placed = Job.objects.filter(quota_share=share, status__in=PLACED_STATUSES)
     if sees_jobs:
+        # Filtered by the job's own team, not the share's: a job stays the team's that submitted it, even in
+        # a share moved before moving was refused while it had unfinished jobs.
+        own = Job.objects.filter(quota_share=share)
+        if not viewer.is_staff:
+            own = own.filter(team_id__in=viewer.team_ids)
         running = list(
-            placed.select_related("selected_instance_type", "selected_training_plan", "submitted_by")
+            own.filter(status__in=PLACED_STATUSES)
+            .select_related("selected_instance_type", "selected_training_plan", "submitted_by")
             .defer("payload")
             .order_by("-scheduled_at", "-id")[:job_limit]
         )
         pending = list(
-            Job.objects.filter(quota_share=share, status=JobStatus.RUNNABLE)
+            own.filter(status=JobStatus.RUNNABLE)
             .select_related("submitted_by", "pending")
             .defer("payload")
             .order_by(

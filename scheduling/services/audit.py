@@ -80,6 +80,7 @@ def job_event_record(
     return Event.objects.create(
         kind=kind,
         job=job,
+        team_id=job.team_id,
         job_queue_id=job.job_queue_id,
         quota_share_id=job.quota_share_id,
         instance_type_id=job.selected_instance_type_id,

@@ -25,6 +25,7 @@ from scheduling.models import (
     Event,
     EventKind,
     Job,
+    JobPreference,
     JobQueue,
     JobStatus,
     Membership,
@@ -136,17 +137,53 @@ def job_queue_update(
             )
         except ValidationError as exc:
             raise ValidationError({"service_environment": exc.messages}) from None
-    return config_object_update(obj=job_queue, changes=changes, actor=actor)
+    job_queue = config_object_update(obj=job_queue, changes=changes, actor=actor)
+    # A job shows the names it was submitted under; a rename renames them, as it does the queue's own page.
+    Job.objects.filter(job_queue=job_queue).exclude(job_queue_name=job_queue.name).update(
+        job_queue_name=job_queue.name
+    )
+    return job_queue
+
+
+def _jobs_cancel(*, jobs, why: str, actor: AbstractBaseUser | None, now) -> None:
+    """Cancel the unfinished `jobs` because their share or queue goes, each with its CANCELLED event.
+
+    The caller holds their queue's lock; placed jobs free their capacity as a user's cancel does.
+    """
+    for job in jobs.select_for_update().filter(status__in=UNFINISHED_STATUSES).order_by("id"):
+        job_stop(job=job, status=JobStatus.CANCELLED, reason=f"cancelled: {why}", now=now)
+        job_event_record(
+            kind=EventKind.CANCELLED, job=job, actor=actor, now=now, message=f"{job.name} cancelled: {why}"
+        )
 
 
 @transaction.atomic
 def job_queue_delete(*, job_queue: JobQueue, actor: AbstractBaseUser | None) -> None:
-    """Delete a DISABLED queue with its shares, plans and jobs, as AWS Batch does; the events stay."""
+    """Delete a DISABLED queue with its shares and plans, as AWS Batch does, cancelling its unfinished jobs.
+
+    The jobs stay, finished, with their history and their team (SPEC 1); they keep the queue's and share's
+    names. Training plans that a job's preference list names are history too: while there are any, the
+    queue is refused (409) with their names.
+    """
     if job_queue.state != State.DISABLED:
         raise ValidationError({"state": [f"disable queue {job_queue.name} before deleting it"]})
     queue_lock(job_queue.pk)
-    # The jobs go first: their preference lists protect the queue's training plans.
-    Job.objects.filter(job_queue=job_queue).delete()
+    named = sorted(
+        TrainingPlan.objects.filter(
+            job_queue=job_queue, pk__in=JobPreference.objects.values("training_plan_id")
+        ).values_list("name", flat=True)
+    )
+    if named:
+        raise Conflict(
+            f"job queue {job_queue.name} is still referenced by the preference lists of jobs naming its "
+            f"training plan(s) {', '.join(named)}, which stay as history; it cannot be deleted"
+        )
+    _jobs_cancel(
+        jobs=Job.objects.filter(job_queue=job_queue),
+        why=f"queue {job_queue.name} was deleted",
+        actor=actor,
+        now=timezone.now(),
+    )
     config_object_delete(obj=job_queue, actor=actor)
 
 
@@ -249,7 +286,7 @@ def quota_share_update(
 ) -> QuotaShare:
     """Change a share; `limits`, when given, replace its capacity limits whole. A share stays in its queue."""
     queue_lock(share.job_queue_id)
-    share = QuotaShare.objects.select_related("job_queue").get(pk=share.pk)
+    share = QuotaShare.objects.select_related("job_queue", "team").get(pk=share.pk)
     new_queue = changes.get("job_queue")
     if new_queue is not None and new_queue.pk != share.job_queue_id:
         raise ValidationError(
@@ -260,6 +297,20 @@ def quota_share_update(
                 ]
             }
         )
+    new_team = changes.get("team")
+    if new_team is not None and new_team.pk != share.team_id:
+        # A job belongs to the team that submitted it, for good: a share moves only once it has none waiting
+        # or running, so the new team never finds the old team's jobs in it (as AWS keeps a share's owner).
+        unfinished = Job.objects.filter(quota_share=share, status__in=UNFINISHED_STATUSES).count()
+        if unfinished:
+            raise ValidationError(
+                {
+                    "team": [
+                        f"share {share.name} has {unfinished} unfinished job(s) of team {share.team.name}; "
+                        "it can move to another team once they have finished or been cancelled"
+                    ]
+                }
+            )
     before = config_state(share)
     for name, value in changes.items():
         setattr(share, name, value)
@@ -281,6 +332,10 @@ def quota_share_update(
             )
             for limit in limits
         )
+    if "name" in changes:
+        Job.objects.filter(quota_share=share).exclude(quota_share_name=share.name).update(
+            quota_share_name=share.name
+        )
     event = config_change_record(
         actor=actor, obj=share, action="changed", before=before, after=config_state(share)
     )
@@ -291,20 +346,20 @@ def quota_share_update(
 
 @transaction.atomic
 def quota_share_delete(*, share: QuotaShare, actor: AbstractBaseUser | None) -> None:
-    """Delete a DISABLED share, cancelling its unfinished jobs first (SPEC 1)."""
+    """Delete a DISABLED share, cancelling its unfinished jobs first (SPEC 1).
+
+    Its jobs stay, finished, readable by their team with their attempts, events and payload; they keep the
+    share's name (`Job.quota_share_name`) and lose only the link.
+    """
     if share.state != State.DISABLED:
         raise ValidationError({"state": [f"disable share {share.name} before deleting it"]})
     queue_lock(share.job_queue_id)
-    now = timezone.now()
-    for job in Job.objects.select_for_update().filter(quota_share=share, status__in=UNFINISHED_STATUSES):
-        job_stop(job=job, status=JobStatus.CANCELLED, reason=f"share {share.name} was deleted", now=now)
-        job_event_record(
-            kind=EventKind.CANCELLED,
-            job=job,
-            actor=actor,
-            now=now,
-            message=f"cancelled: share {share.name} was deleted",
-        )
+    _jobs_cancel(
+        jobs=Job.objects.filter(quota_share=share),
+        why=f"share {share.name} was deleted",
+        actor=actor,
+        now=timezone.now(),
+    )
     before = config_state(share)
     config_change_record(actor=actor, obj=share, action="deleted", before=before, after=None)
     pass_request(job_queue_id=share.job_queue_id, trigger="config")
@@ -365,6 +420,24 @@ def training_plan_update(
     if event is not None:
         pass_request(job_queue_id=plan.job_queue_id, trigger="config")
     return plan
+
+
+@transaction.atomic
+def team_delete(*, team: Team, actor: AbstractBaseUser | None) -> None:
+    """Delete a team that owns nothing: its jobs and their events are its for good, so a team that ever
+    submitted one is refused (409) saying so, as is one that still owns quota shares."""
+    team = Team.objects.select_for_update().get(pk=team.pk)
+    owned = [
+        (QuotaShare.objects.filter(team=team).count(), "quota share"),
+        (Job.objects.filter(team=team).count(), "job"),
+    ]
+    if any(count for count, _ in owned):
+        used_by = ", ".join(f"{count} {what}{'' if count == 1 else 's'}" for count, what in owned if count)
+        raise Conflict(
+            f"team {team.name} is still referenced by {used_by}; a team's jobs and their history stay "
+            "its own, so it cannot be deleted"
+        )
+    config_object_delete(obj=team, actor=actor)
 
 
 @transaction.atomic

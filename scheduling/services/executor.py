@@ -27,7 +27,7 @@ from scheduling.models import (
 )
 from scheduling.passes.requests import pass_request
 from scheduling.services.audit import job_event_record
-from scheduling.services.locks import queue_lock
+from scheduling.services.locks import job_lock, queue_lock
 
 # Legal executor reports: current status -> statuses it may move to (SPEC 4).
 REPORT_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -48,9 +48,7 @@ def job_report(*, job_id: int, status: str, reason: str = "", actor: AbstractBas
     """
     if status not in REPORTABLE_STATUSES:
         raise ValidationError({"status": [f"status must be one of {', '.join(REPORTABLE_STATUSES)}"]})
-    job = Job.objects.get(pk=job_id)
-    queue_lock(job.job_queue_id)
-    job = Job.objects.select_for_update().get(pk=job_id)
+    job = job_lock(job_id)
     if job.status == status and status in (JobStatus.STARTING, JobStatus.RUNNING):
         return job
     if status not in REPORT_TRANSITIONS.get(job.status, frozenset()):

@@ -30,7 +30,7 @@ from scheduling.models import (
 from scheduling.passes.requests import pass_request
 from scheduling.services.audit import job_event_record
 from scheduling.services.executor import job_stop
-from scheduling.services.locks import queue_lock
+from scheduling.services.locks import job_lock
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,9 @@ def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission
     job = Job(
         name=submission.name,
         job_queue=submission.job_queue,
+        job_queue_name=submission.job_queue.name,
         quota_share=share,
+        quota_share_name=share.name,
         team_id=share.team_id,
         submitted_by=user,
         scheduling_priority=submission.scheduling_priority,
@@ -91,7 +93,15 @@ def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission
         # Field validators only: the database constraints stay the backstop (checking them here costs a
         # query each), and client_token races are settled by the unique constraint below.
         lambda: job.full_clean(
-            exclude=["job_queue", "quota_share", "team", "submitted_by", "payload"],
+            exclude=[
+                "job_queue",
+                "job_queue_name",
+                "quota_share",
+                "quota_share_name",
+                "team",
+                "submitted_by",
+                "payload",
+            ],
             validate_unique=False,
             validate_constraints=False,
         ),
@@ -178,9 +188,7 @@ def job_can_manage(*, user: AbstractBaseUser, job: Job) -> bool:
 @transaction.atomic
 def job_cancel(*, job_id: int, actor: AbstractBaseUser | None, reason: str = "") -> Job:
     """Cancel an unfinished job; its capacity is free for the pass that follows."""
-    job = Job.objects.get(pk=job_id)
-    queue_lock(job.job_queue_id)
-    job = Job.objects.select_for_update().get(pk=job_id)
+    job = job_lock(job_id)
     if actor is not None and not job_can_manage(user=actor, job=job):
         raise NotAllowed("only the submitter, a manager of the team or staff may cancel this job")
     if job.status not in UNFINISHED_STATUSES:
@@ -199,9 +207,7 @@ def job_set_priority(*, job_id: int, priority: int, actor: AbstractBaseUser | No
     """Change an unfinished job's scheduling_priority (0..9999); audited."""
     if not 0 <= priority <= 9999:
         raise ValidationError({"scheduling_priority": ["scheduling_priority must be between 0 and 9999"]})
-    job = Job.objects.get(pk=job_id)
-    queue_lock(job.job_queue_id)
-    job = Job.objects.select_for_update().get(pk=job_id)
+    job = job_lock(job_id)
     if actor is not None and not job_can_manage(user=actor, job=job):
         raise NotAllowed("only the submitter, a manager of the team or staff may change this job's priority")
     if job.status not in UNFINISHED_STATUSES:

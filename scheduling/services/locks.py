@@ -7,7 +7,7 @@ on one queue. Submissions do not take it: they only insert rows, which the lock 
 
 from __future__ import annotations
 
-from scheduling.models import JobQueue
+from scheduling.models import Job, JobQueue
 
 
 def queue_lock(job_queue_id: int) -> JobQueue:
@@ -23,3 +23,15 @@ def queue_lock(job_queue_id: int) -> JobQueue:
         .select_related("service_environment")
         .get(pk=job_queue_id)
     )
+
+
+def job_lock(job_id: int) -> Job:
+    """Take the job's queue lock, then the job's row lock, and return the job; the caller is atomic.
+
+    A job whose queue was deleted is finished (deleting a queue cancels its jobs first) and no pass or
+    executor moves it any more: its row lock is enough.
+    """
+    job_queue_id = Job.objects.filter(pk=job_id).values_list("job_queue_id", flat=True).get()
+    if job_queue_id is not None:
+        queue_lock(job_queue_id)
+    return Job.objects.select_for_update().get(pk=job_id)

@@ -13,7 +13,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.models import Membership, TrainingPlan
+from scheduling.models import Job, Membership, TrainingPlan
+from scheduling.services import configuration as config_services
+from scheduling.services import jobs as job_services
 from tests.api.support import P4, P5, placed, submission
 from tests.factories import (
     InstanceTypeFactory,
@@ -192,3 +194,61 @@ def test_role_gets_the_expected_status(world, ids, client_for, role, method, pat
     )
 
     assert response.status_code == expected_status(expected, role), response.content[:300]
+
+
+# --- the same jobs after their share or queue is deleted, or their share moved to another team ------------
+
+
+def _share_deleted(world):
+    share = config_services.quota_share_update(
+        share=world.nlp, changes={"state": "DISABLED"}, limits=None, actor=None
+    )
+    config_services.quota_share_delete(share=share, actor=None)
+
+
+def _queue_deleted(world):
+    queue = config_services.job_queue_update(job_queue=world.queue, changes={"state": "DISABLED"}, actor=None)
+    config_services.job_queue_delete(job_queue=queue, actor=None)
+
+
+def _share_moved(world):
+    for job in Job.objects.filter(quota_share=world.nlp):
+        job_services.job_cancel(job_id=job.pk, actor=None)
+    config_services.quota_share_update(
+        share=world.nlp, changes={"team": world.team_vision}, limits=None, actor=None
+    )
+
+
+AFTER = {"share deleted": _share_deleted, "queue deleted": _queue_deleted, "share moved": _share_moved}
+CASES_AFTER = [
+    ("GET", "/jobs/{job}/", {"anonymous": 401, "chen": 404, "*": 200}),
+    ("POST", "/jobs/{job}/cancel/", {"anonymous": 401, "ana": 403, "chen": 404, "executor": 403, "*": 409}),
+    ("PATCH", "/jobs/{job}/", {"anonymous": 401, "ana": 403, "chen": 404, "executor": 403, "*": 409}),
+    ("GET", "/events/?job={job}", SIGNED_IN),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "expected"), CASES_AFTER, ids=[f"{m} {p}" for m, p, _ in CASES_AFTER]
+)
+@pytest.mark.parametrize("change", list(AFTER))
+@pytest.mark.parametrize("role", ROLES)
+def test_a_job_keeps_its_readers_after_its_share_or_queue_is_deleted_or_its_share_moved(
+    world, ids, client_for, role, change, method, path, expected
+):
+    TrainingPlan.objects.filter(job_queue=world.queue).delete()  # no job names them: the queue may go
+    AFTER[change](world)
+    client = client_for(None if role == "anonymous" else world.users[role])
+
+    response = client.generic(
+        method,
+        "/api/v1" + path.format(**ids),
+        data=json.dumps({"scheduling_priority": 3} if method == "PATCH" else {}),
+        content_type="application/json",
+    )
+
+    assert response.status_code == expected_status(expected, role), response.content[:300]
+    if path.startswith("/events/") and role != "anonymous":
+        events = response.json()["results"]
+        assert (events == []) == (role == "chen")
+        assert b"eves-job" not in response.content or role != "chen"

@@ -82,6 +82,7 @@ def many_events(world, n):
         Event.objects.create(
             kind=EventKind.PREEMPTED_RECLAIM,
             job=job,
+            team=world.team_nlp,
             other_job=other,
             quota_share=world.nlp,
             other_share=world.vision,
@@ -116,8 +117,9 @@ BUDGETS = {
     "training-plans": ("/api/v1/training-plans/", "ana", many_plans, 3),
     "jobs as a member": ("/api/v1/jobs/", "ana", many_jobs, 6),
     "jobs as staff": ("/api/v1/jobs/?quota_share=nlp&job_queue=training", "admin", many_jobs, 4),
-    "events": ("/api/v1/events/", "chen", many_events, 2),
-    "events tailing": ("/api/v1/events/?since_id=0&kind=PREEMPTED_RECLAIM", "chen", many_events, 2),
+    # the viewer's teams, whether they read everything (their permissions, 2), the count, the page
+    "events": ("/api/v1/events/", "chen", many_events, 5),
+    "events tailing": ("/api/v1/events/?since_id=0&kind=PREEMPTED_RECLAIM", "chen", many_events, 5),
     # 7 usage, 8 the pass's own snapshot load (for the engine's head order), the queue, the jobs, the teams.
     "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 18),
     "snapshot of a busy queue": (

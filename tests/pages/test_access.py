@@ -6,6 +6,12 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from scheduling.models import Job, TrainingPlan
+from scheduling.services import configuration as config_services
+from scheduling.services import jobs as job_services
+from tests.factories import job_in
+from tests.pages.conftest import P5
+
 pytestmark = pytest.mark.django_db
 
 PAGES = [
@@ -109,3 +115,46 @@ def test_a_live_region_polling_after_sign_out_sends_the_whole_tab_to_sign_in(cli
     )
     assert response.status_code == 200
     assert response["HX-Redirect"] == f"{reverse('login')}?next=/shares/3/%3Fwindow%3Dday"
+
+
+# --- jobs of a deleted or moved share, or a deleted queue: their team reads them, no one else -------------
+
+
+def _share_deleted(world):
+    share = config_services.quota_share_update(
+        share=world.nlp, changes={"state": "DISABLED"}, limits=None, actor=None
+    )
+    config_services.quota_share_delete(share=share, actor=None)
+
+
+def _queue_deleted(world):
+    TrainingPlan.objects.all().delete()  # no job names them
+    queue = config_services.job_queue_update(job_queue=world.queue, changes={"state": "DISABLED"}, actor=None)
+    config_services.job_queue_delete(job_queue=queue, actor=None)
+
+
+def _share_moved(world):
+    for job in Job.objects.filter(quota_share=world.nlp):
+        job_services.job_cancel(job_id=job.pk, actor=None)
+    config_services.quota_share_update(
+        share=world.nlp, changes={"team": world.team_vision}, limits=None, actor=None
+    )
+
+
+@pytest.mark.parametrize("change", [_share_deleted, _queue_deleted, _share_moved])
+def test_a_jobs_page_and_events_stay_its_teams_after_its_share_or_queue_goes_or_moves(
+    world, client_for, change
+):
+    job = job_in(world.nlp, [(P5, 1)], user=world.ana, name="nlp-secret-run", payload={"k": "hidden"})
+    world.run_pass()
+    change(world)
+
+    page = client_for(world.ana).get(reverse("job_detail", args=[job.pk]))
+    assert page.status_code == 200 and "nlp-secret-run" in page.content.decode()
+    assert "CANCELLED" in page.content.decode()
+    assert client_for(world.chen).get(reverse("job_detail", args=[job.pk])).status_code == 404
+    for outsider in (world.chen, world.eli):
+        events = client_for(outsider).get(reverse("event_log")).content.decode()
+        assert "nlp-secret-run" not in events and "ana submitted" not in events
+    assert "nlp-secret-run" in client_for(world.ana).get(reverse("event_log")).content.decode()
+    assert "nlp-secret-run" in client_for(world.ana).get(reverse("job_list")).content.decode()

@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.models import InstanceType, ShareUsageSample
+from scheduling.models import InstanceType, QuotaShare, ShareUsageSample
 from tests.factories import job_in
 from tests.pages.conftest import G5, P4, htmx_headers
 
@@ -122,3 +122,16 @@ def test_share_page_and_fragments_keep_their_query_budgets(
     outsider = client_for(world.ana)
     with django_assert_max_num_queries(15):  # an outsider reads no job rows
         assert outsider.get(url).status_code == 200
+
+
+def test_a_share_moved_to_another_team_does_not_show_the_old_teams_jobs(world, client_for):
+    job_in(world.nlp, [(P4, 1)], name="nlp-waiting", user=world.ana)
+    job_in(world.nlp, [(P4, 1)], name="nlp-placed", user=world.ana)
+    world.run_pass()
+    # Moved behind the service's back, as a share moved before moves with unfinished jobs were refused.
+    QuotaShare.objects.filter(pk=world.nlp.pk).update(team=world.team_vision)
+
+    html = client_for(world.chen).get(reverse("share_detail", args=[world.nlp.pk])).content.decode()
+
+    assert "nlp-waiting" not in html and "nlp-placed" not in html and "ana" not in html
+    assert "nlp-placed" in client_for(world.ana).get(reverse("job_list")).content.decode()

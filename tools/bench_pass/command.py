@@ -27,6 +27,7 @@ import engine
 from engine import synthetic
 from scheduling.models import (
     EnvironmentCapacity,
+    Event,
     InstanceType,
     Job,
     JobAttempt,
@@ -190,6 +191,7 @@ def materialize(snap: engine.Snapshot) -> JobQueue:
     queue = JobQueue.objects.create(name=f"{PREFIX}queue", service_environment=environment)
     team = Team.objects.create(name=f"{PREFIX}team", slug=f"{PREFIX}team")
     share_ids = {}
+    share_names = {share.id: share.name for share in snap.shares}
     for share in snap.shares:
         row = QuotaShare.objects.create(
             name=share.name,
@@ -223,7 +225,9 @@ def materialize(snap: engine.Snapshot) -> JobQueue:
             Job(
                 name=f"job-{job.id}",
                 job_queue=queue,
+                job_queue_name=queue.name,
                 quota_share_id=share_ids[job.share_id],
+                quota_share_name=share_names[job.share_id],
                 team=team,
                 scheduling_priority=job.priority,
                 created_at=job.submitted_at + shift,
@@ -284,6 +288,8 @@ def bench_cleanup() -> None:
     """Remove every row a benchmark wrote (a run that was interrupted included)."""
     with transaction.atomic():
         queues = JobQueue.objects.filter(name__startswith=PREFIX)
+        # Events keep their job's team (PROTECT): they go before the teams do.
+        Event.objects.filter(team__slug__startswith=PREFIX).delete()
         Job.objects.filter(job_queue__in=queues).delete()
         TrainingPlan.objects.filter(job_queue__in=queues).delete()
         QuotaShare.objects.filter(job_queue__in=queues).delete()

@@ -1282,7 +1282,10 @@ def soak_clean() -> None:
     queues = JobQueue.objects.filter(name__startswith=PREFIX)
     Event.objects.filter(job_queue__in=queues).delete()
     Event.objects.filter(job__job_queue__in=queues).delete()
+    # Events and jobs keep their team for good (PROTECT), even those whose queue is gone.
+    Event.objects.filter(team__slug__startswith=PREFIX).delete()
     Job.objects.filter(job_queue__in=queues).delete()
+    Job.objects.filter(team__slug__startswith=PREFIX).delete()
     environments = list(queues.values_list("service_environment_id", flat=True))
     queues.delete()
     ServiceEnvironment.objects.filter(pk__in=environments).delete()
