@@ -17,6 +17,7 @@ from rest_framework.response import Response
 
 from api import serializers as s
 from api.filters import EventFilter, JobFilter, QuotaShareFilter, TrainingPlanFilter
+from api.pagination import IdCursors
 from api.permissions import (
     CanReportJobStatus,
     IsStaff,
@@ -295,6 +296,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
 
     serializer_class = s.JobSerializer
     filterset_class = JobFilter
+    pagination_class = IdCursors  # newest first
     permission_classes = [IsAuthenticated]
     conflict_actions = ("partial_update", "cancel", "report")
     throttled_actions = ("create",)
@@ -392,7 +394,12 @@ class EventViewSet(mixins.ListModelMixin, ApiViewSet):
 
     serializer_class = s.EventSerializer
     filterset_class = EventFilter
+    pagination_class = IdCursors  # newest first; oldest first when tailing
     permission_classes = [IsAuthenticated]
+
+    def tailing(self, request) -> bool:
+        """With `since` or `since_id` the list is a tail: the events after it, oldest first."""
+        return any(request.query_params.get(name) for name in ("since", "since_id"))
 
     def get_queryset(self):
         events = Event.objects.select_related(
@@ -404,5 +411,5 @@ class EventViewSet(mixins.ListModelMixin, ApiViewSet):
             "instance_type",
             "actor",
         ).defer("job__payload", "other_job__payload")
-        tailing = any(self.request.query_params.get(name) for name in ("since", "since_id"))
-        return events.order_by("created_at", "id") if tailing else events.order_by("-created_at", "-id")
+        # The pagination orders by id (IdCursors), the one order every page can seek to by index.
+        return events.order_by("-id")
