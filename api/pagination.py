@@ -10,10 +10,13 @@ first MAX_PAGE_ROWS rows; a deeper page is a 400 pointing at the cursor.
 from __future__ import annotations
 
 from base64 import b64decode, b64encode
+from datetime import UTC
 from urllib import parse
 
+from django.db.models import Q
+from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.pagination import Cursor, CursorPagination, PageNumberPagination
+from rest_framework.pagination import Cursor, CursorPagination, PageNumberPagination, _reverse_ordering
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
@@ -37,22 +40,22 @@ class PageNumbers(PageNumberPagination):
 
 
 class IdCursors(CursorPagination):
-    """Keyset pages by id: newest first, or oldest first when the view's `tailing(request)` says so (the
-    `since`/`since_id` tail). A cursor is the id the next page starts after (ids are unique, so DRF's offset
-    within equal positions is never needed and never accepted); page N reads with OFFSET, so it stops at
-    MAX_PAGE_ROWS."""
+    """Keyset pages: newest first by id; or the view's `tail_ordering(request)`, oldest first, by id or by
+    (created_at, id). A cursor is the key of the row the page starts after, always unique (the id decides
+    ties), so DRF's offsets within equal positions are never needed and never accepted. Page N reads with
+    OFFSET, so it stops at MAX_PAGE_ROWS."""
 
-    ordering = "-id"
+    ordering = ("-id",)
     page_query_param = "page"
     MAX_PAGE_ROWS = 10_000
 
     def get_ordering(self, request, queryset, view):
-        tailing = view is not None and hasattr(view, "tailing") and view.tailing(request)
-        return ("id",) if tailing else ("-id",)
+        tail = view.tail_ordering(request) if hasattr(view, "tail_ordering") else None
+        return tail or self.ordering
 
     def decode_cursor(self, request):
-        """DRF's cursor, refusing a position that is not an id (it would reach the database as a bad
-        comparison): a 404 like any other cursor that leads nowhere."""
+        """DRF's cursor, refusing a position that is not a key of this ordering (it would reach the database
+        as a bad comparison): a 404 like any other cursor that leads nowhere."""
         encoded = request.query_params.get(self.cursor_query_param)
         if encoded is None:
             return None
@@ -62,30 +65,82 @@ class IdCursors(CursorPagination):
             raise NotFound(self.invalid_cursor_message) from None
         position = tokens.get("p", [None])[0]
         reverse = tokens.get("r", ["0"])[0]
-        if position is not None and not (
-            position.isascii() and position.isdigit() and int(position) <= _MAX_ID
-        ):
-            raise NotFound(self.invalid_cursor_message)
         if reverse not in ("0", "1") or set(tokens) - {"p", "r"}:
+            raise NotFound(self.invalid_cursor_message)
+        if position is not None and self._key(position) is None:
             raise NotFound(self.invalid_cursor_message)
         return Cursor(offset=0, reverse=reverse == "1", position=position)
 
-    def paginate_queryset(self, queryset, request, view=None):
-        self.page_number = None
-        if self.page_query_param in request.query_params:
-            return self._paginate_by_number(queryset, request, view)
-        return super().paginate_queryset(queryset, request, view)
+    def _key(self, position: str) -> tuple | None:
+        """The position as (created_at, id) or (id,), as the ordering keys rows; None if it is not one."""
+        by_time = self.ordering[0].lstrip("-") == "created_at"
+        *moment, raw_id = position.split(" ") if by_time else [position]
+        if not (raw_id.isascii() and raw_id.isdigit() and int(raw_id) <= _MAX_ID):
+            return None
+        if not by_time:
+            return (int(raw_id),)
+        try:
+            created_at = parse_datetime(moment[0]) if len(moment) == 1 else None
+            if created_at is None or created_at.tzinfo is None:
+                return None
+            return (created_at.astimezone(UTC), int(raw_id))
+        except (ValueError, OverflowError):  # a well-formed but impossible date, or past year 9999 in UTC
+            return None
 
-    def _paginate_by_number(self, queryset, request, view):
+    def _get_position_from_instance(self, instance, ordering):
+        if ordering[0].lstrip("-") == "created_at":
+            return f"{instance.created_at.isoformat()} {instance.pk}"
+        return str(instance.pk)
+
+    def _after(self, position: str, ordering: tuple[str, ...]) -> Q:
+        """Rows after the position in `ordering`, written so that an index on the first key seeks to it."""
+        key = self._key(position)
+        descending = ordering[0].startswith("-")
+        if len(key) == 1:
+            return Q(id__lt=key[0]) if descending else Q(id__gt=key[0])
+        created_at, id_ = key
+        if descending:
+            return Q(created_at__lte=created_at) & (Q(created_at__lt=created_at) | Q(id__lt=id_))
+        return Q(created_at__gte=created_at) & (Q(created_at__gt=created_at) | Q(id__gt=id_))
+
+    def paginate_queryset(self, queryset, request, view=None):
+        """DRF's cursor pagination without its offsets: every position is unique."""
+        self.page_number = None
+        self.request = request
+        self.page_size = self.get_page_size(request)
+        self.base_url = request.build_absolute_uri()
+        self.ordering = self.get_ordering(request, queryset, view)
+        if self.page_query_param in request.query_params:
+            return self._paginate_by_number(queryset, request)
+        self.cursor = self.decode_cursor(request)
+        reverse = self.cursor is not None and self.cursor.reverse
+        position = self.cursor.position if self.cursor is not None else None
+        ordering = _reverse_ordering(self.ordering) if reverse else self.ordering
+        queryset = queryset.order_by(*ordering)
+        if position is not None:
+            queryset = queryset.filter(self._after(position, ordering))
+        results = list(queryset[: self.page_size + 1])
+        self.page = results[: self.page_size]
+        following = (
+            self._get_position_from_instance(results[-1], self.ordering)
+            if len(results) > len(self.page)
+            else None
+        )
+        if reverse:
+            self.page.reverse()
+            self.has_next, self.next_position = position is not None, position
+            self.has_previous, self.previous_position = following is not None, following
+        else:
+            self.has_next, self.next_position = following is not None, following
+            self.has_previous, self.previous_position = position is not None, position
+        return self.page
+
+    def _paginate_by_number(self, queryset, request):
         """`?page=N` for clients written against page numbers: the same rows as the cursors, read with OFFSET,
         so only the first MAX_PAGE_ROWS of them. Its `next` is a cursor once the next page would be past it."""
         raw = request.query_params[self.page_query_param]
         if not (raw.isascii() and raw.isdigit() and int(raw) >= 1):
             raise NotFound(f"Invalid page {raw!r}: not a page number.")
-        self.request = request
-        self.page_size = self.get_page_size(request)
-        self.base_url = request.build_absolute_uri()
-        self.ordering = self.get_ordering(request, queryset, view)
         number = int(raw)
         last_page = self.MAX_PAGE_ROWS // self.page_size
         if number > last_page:

@@ -394,12 +394,17 @@ class EventViewSet(mixins.ListModelMixin, ApiViewSet):
 
     serializer_class = s.EventSerializer
     filterset_class = EventFilter
-    pagination_class = IdCursors  # newest first; oldest first when tailing
+    pagination_class = IdCursors  # newest first by id; tails oldest first
     permission_classes = [IsAuthenticated]
 
-    def tailing(self, request) -> bool:
-        """With `since` or `since_id` the list is a tail: the events after it, oldest first."""
-        return any(request.query_params.get(name) for name in ("since", "since_id"))
+    def tail_ordering(self, request) -> tuple[str, ...] | None:
+        """With `since_id` or `since` the list is a tail, oldest first: by id after an id, by time after a time
+        (an order the created_at indexes read from any point; ids and times need not agree)."""
+        if request.query_params.get("since_id"):
+            return ("id",)
+        if request.query_params.get("since"):
+            return ("created_at", "id")
+        return None
 
     def get_queryset(self):
         events = Event.objects.select_related(

@@ -4,6 +4,8 @@ IdCursors.MAX_PAGE_ROWS rows with a 400 pointing at the cursor."""
 from __future__ import annotations
 
 from base64 import b64encode
+from datetime import timedelta
+from urllib import parse
 
 import pytest
 
@@ -98,6 +100,26 @@ def test_the_since_tail_follows_cursors_oldest_first(world, client_for, events):
     assert pages == [[e.pk for e in events[i : i + 3]] for i in (0, 3, 6)]
 
 
+def test_the_since_tail_goes_by_time_when_ids_and_times_disagree(world, client_for, events):
+    late = events[0]
+    Event.objects.filter(pk=late.pk).update(created_at=events[-1].created_at + timedelta(seconds=1))
+    pages = walk(client_for(world.ana), EVENTS, {"since": "1970-01-01T00:00:00Z"})
+
+    assert pages == [[e.pk for e in events[1:4]], [e.pk for e in events[4:7]], [events[7].pk, late.pk]]
+
+
+def test_previous_leads_back_along_the_since_tail(world, client_for, events):
+    client = client_for(world.ana)
+    last = client.get(
+        client.get(client.get(EVENTS, {"since": "1970-01-01T00:00:00Z"}).json()["next"]).json()["next"]
+    )
+
+    assert walk(client, last.json()["previous"], link="previous") == [
+        [e.pk for e in events[3:6]],
+        [e.pk for e in events[0:3]],
+    ]
+
+
 def test_a_cursor_built_at_an_old_id_reads_from_there(world, client_for, events):
     response = client_for(world.ana).get(EVENTS, {"cursor": cursor(events[3].pk)})
 
@@ -153,10 +175,21 @@ def test_a_page_past_the_end_is_a_404_and_page_one_of_nothing_is_empty(world, cl
         b64encode(b"p=99999999999999999999999").decode(),
         b64encode(b"o=5&p=3").decode(),
         b64encode(b"p=3&r=2").decode(),
+        b64encode(b"p=2026-01-01T00:00:00 3").decode(),
     ],
 )
 def test_a_cursor_that_is_not_one_of_ours_is_a_404(world, client_for, events, bad):
     assert client_for(world.ana).get(EVENTS, {"cursor": bad}).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "bad", ["3", "2026-13-01T00:00:00+00:00 3", "0001-01-01T00:00:00+01:00 3", "2026-01-01T00:00:00 3", "x 3"]
+)
+def test_a_since_cursor_that_is_not_a_time_and_an_id_is_a_404(world, client_for, events, bad):
+    token = b64encode(parse.urlencode({"p": bad}).encode()).decode()
+    response = client_for(world.ana).get(EVENTS, {"since": "1970-01-01T00:00:00Z", "cursor": token})
+
+    assert response.status_code == 404
 
 
 def test_an_empty_cursor_is_the_first_page(world, client_for, events):
