@@ -139,11 +139,12 @@ class Command(BaseCommand):
             rows.append((label, f"{median:.3f} s", f"{status}, {n} rows"))
             if self.explain:
                 self.print_plan(client, label, params)
+        slowest = max(float(value.split()[0]) for _, value, _ in rows)
         if parallel:
             median, worst, wall = read_in_parallel(world["token"], since_1970, parallel)
             rows.append(
                 (
-                    f"{parallel} x ?since=1970-... at once (threads)",
+                    f"{parallel} x ?since=1970-... at once (threads of one process, one GIL)",
                     f"{median:.3f} s",
                     f"each (slowest {worst:.3f} s, all {wall:.3f} s)",
                 )
@@ -151,8 +152,7 @@ class Command(BaseCommand):
         width = max(len(label) for label, _, _ in rows)
         for label, value, note in rows:
             self.stdout.write(f"  {label.ljust(width)}  {value:>8}  {note}")
-        slowest = max(float(value.split()[0]) for _, value, _ in rows)
-        self.stdout.write(f"slowest single read: {slowest:.3f} s")
+        self.stdout.write(f"slowest single read: {slowest:.3f} s (target: under 0.5 s)")
 
     def print_plan(self, client, label: str, params: dict) -> None:
         with CaptureQueriesContext(connection) as captured:
@@ -316,15 +316,21 @@ def copy_events(rows) -> None:
 
 
 def bench_cleanup() -> None:
-    """Remove every row a run wrote (an interrupted run's included): events first, in one statement."""
+    """Remove every row a run wrote (an interrupted run's included). The events go first, committed, and the
+    table is vacuumed before the jobs are deleted: each deleted job has PostgreSQL check that no event names it
+    as `other_job`, a column without an index, so a scan of the event table per job, dead rows included."""
     queues = list(JobQueue.objects.filter(name__startswith=PREFIX).values_list("pk", flat=True))
+    if queues:
+        jobs = Job.objects.filter(job_queue_id__in=queues)
+        Event.objects.filter(job_queue_id__in=queues)._raw_delete(Event.objects.db)
+        Event.objects.filter(job__in=jobs)._raw_delete(Event.objects.db)
+        Event.objects.filter(other_job__in=jobs)._raw_delete(Event.objects.db)
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f'VACUUM "{Event._meta.db_table}"')
     with transaction.atomic():
         if queues:
-            Event.objects.filter(job_queue_id__in=queues)._raw_delete(Event.objects.db)
-            jobs = Job.objects.filter(job_queue_id__in=queues)
-            Event.objects.filter(job__in=jobs)._raw_delete(Event.objects.db)
-            Event.objects.filter(other_job__in=jobs)._raw_delete(Event.objects.db)
-            jobs._raw_delete(Job.objects.db)
+            Job.objects.filter(job_queue_id__in=queues)._raw_delete(Job.objects.db)
             QuotaShare.objects.filter(job_queue_id__in=queues).delete()
             environments = list(
                 JobQueue.objects.filter(pk__in=queues).values_list("service_environment_id", flat=True)
