@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from api import serializers as s
 from api.filters import EventFilter, JobFilter, QuotaShareFilter, TrainingPlanFilter
+from api.pagination import IdCursors
 from api.permissions import (
     CanReportJobStatus,
     IsStaff,
@@ -303,6 +304,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
 
     serializer_class = s.JobSerializer
     filterset_class = JobFilter
+    pagination_class = IdCursors  # newest first
     permission_classes = [IsAuthenticated]
     conflict_actions = ("partial_update", "cancel", "report")
     throttled_actions = ("create",)
@@ -401,6 +403,7 @@ class EventViewSet(mixins.ListModelMixin, ApiViewSet):
 
     serializer_class = s.EventSerializer
     filterset_class = EventFilter
+    pagination_class = IdCursors  # newest first by id; tails oldest first
     permission_classes = [IsAuthenticated]
 
     @cached_property
@@ -414,6 +417,15 @@ class EventViewSet(mixins.ListModelMixin, ApiViewSet):
         if not getattr(self, "swagger_fake_view", False):  # the schema generator has no user
             context["viewer"] = self.viewer
         return context
+
+    def tail_ordering(self, request) -> tuple[str, ...] | None:
+        """With `since_id` or `since` the list is a tail, oldest first: by id after an id, by time after a time
+        (an order the created_at indexes read from any point; ids and times need not agree)."""
+        if request.query_params.get("since_id"):
+            return ("id",)
+        if request.query_params.get("since"):
+            return ("created_at", "id")
+        return None
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
@@ -431,5 +443,5 @@ class EventViewSet(mixins.ListModelMixin, ApiViewSet):
             )
             .defer("job__payload", "other_job__payload")
         )
-        tailing = any(self.request.query_params.get(name) for name in ("since", "since_id"))
-        return events.order_by("created_at", "id") if tailing else events.order_by("-created_at", "-id")
+        # The pagination orders by id (IdCursors), the one order every page can seek to by index.
+        return events.order_by("-id")

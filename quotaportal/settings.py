@@ -205,6 +205,9 @@ SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0)
 # Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
 SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1)
 HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)
+# Events older than this are deleted by the beat, except configuration changes (the audit log, kept for good)
+# and the events of jobs not yet finished; 0 keeps every event.
+EVENT_RETENTION_DAYS = envint("EVENT_RETENTION_DAYS", 90, minimum=0)
 # The Microsoft Philly trace (philly.csv, with philly_vc.csv beside it) for `replay` and the what-if page; a
 # relative path is taken from the project's folder, so the default is the shared traces folder beside it.
 REPLAY_TRACE = os.path.normpath(BASE_DIR / envstr("REPLAY_TRACE", "../shared/traces/philly.csv"))
@@ -342,6 +345,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "simulated-executor": {"task": "scheduling.tasks.simulated_executor_tick", "schedule": 2.0},
     "prune-history": {"task": "scheduling.tasks.prune_history", "schedule": 3600.0},
+    "prune-events": {"task": "scheduling.tasks.prune_events", "schedule": 3600.0},
 }
 
 # --- pages ----------------------------------------------------------------------------------------------

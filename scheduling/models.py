@@ -511,6 +511,8 @@ class Event(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["kind", "created_at"], name="event_kind_created_idx"),
+            # The API's newest-first pages filtered by kind seek here, however rare or old the kind's events.
+            models.Index(fields=["kind", "id"], name="event_kind_id_idx"),
             models.Index(fields=["quota_share", "created_at"], name="event_share_created_idx"),
             models.Index(fields=["job_queue", "created_at"], name="event_queue_created_idx"),
         ]

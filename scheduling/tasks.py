@@ -69,5 +69,11 @@ def simulated_executor_tick() -> int:
 
 @shared_task(acks_late=True, ignore_result=True)
 def prune_history() -> int:
-    """Drop utilization samples and pass records older than HISTORY_DAYS (events are the audit log: kept)."""
+    """Drop utilization samples and pass records older than HISTORY_DAYS (events: prune_events)."""
     return history.history_prune()
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=600, time_limit=660)
+def prune_events() -> int:
+    """Drop events past EVENT_RETENTION_DAYS, in batches (CONFIG_CHANGED and unfinished jobs' events kept)."""
+    return history.events_prune()

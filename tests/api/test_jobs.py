@@ -240,9 +240,8 @@ def test_members_see_their_teams_jobs_only(world, client_for):
 
     body = client_for(world.ana).get(JOBS).json()
 
-    assert body["count"] == 1
     assert [job["id"] for job in body["results"]] == [mine.pk]
-    assert set(body) == {"count", "next", "previous", "results"}
+    assert set(body) == {"next", "previous", "results"}
 
 
 def test_another_teams_job_is_404(world, client_for):
@@ -257,8 +256,8 @@ def test_staff_and_executors_see_every_job(world, client_for):
     job_in(world.nlp, [(P5, 1)])
     job_in(world.vision, [(P4, 1)])
 
-    assert client_for(world.admin).get(JOBS).json()["count"] == 2
-    assert client_for(world.executor).get(JOBS).json()["count"] == 2
+    assert len(client_for(world.admin).get(JOBS).json()["results"]) == 2
+    assert len(client_for(world.executor).get(JOBS).json()["results"]) == 2
 
 
 @pytest.mark.parametrize(

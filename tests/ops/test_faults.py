@@ -259,6 +259,7 @@ def test_every_task_acknowledges_late_and_requeues_when_its_worker_dies(settings
         tasks.run_all_passes,
         tasks.simulated_executor_tick,
         tasks.prune_history,
+        tasks.prune_events,
     ):
         assert task.acks_late, task.name
     assert app.conf.task_reject_on_worker_lost is True
