@@ -10,7 +10,7 @@ from django.db import OperationalError
 from scheduling.models import JobQueue, ServiceEnvironment, State
 from scheduling.passes.requests import pass_waiting_clear
 from scheduling.passes.run import queue_pass_run
-from scheduling.services import executor, history
+from scheduling.services import demo, executor, history
 
 logger = logging.getLogger("quotaportal.scheduling")
 
@@ -71,3 +71,9 @@ def simulated_executor_tick() -> int:
 def prune_history() -> int:
     """Drop utilization samples and pass records older than HISTORY_DAYS (events are the audit log: kept)."""
     return history.history_prune()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def demo_lenders_arrive(job_queue_id: int) -> int:
+    """The demo's lender submits its jobs, a minute or two after seeding (`scheduling.services.demo`)."""
+    return demo.demo_lender_jobs_submit(job_queue_id=job_queue_id)
