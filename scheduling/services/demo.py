@@ -39,7 +39,9 @@ def _demo_jobs_submit(*, job_queue: JobQueue, jobs: list[tuple[str, str, str, in
             name=name,
             job_queue=job_queue,
             quota_share=share,
-            instance_preferences=[rules.PreferenceInput(InstanceType.objects.get(name=type_name), count, None)],
+            instance_preferences=[
+                rules.PreferenceInput(InstanceType.objects.get(name=type_name), count, None)
+            ],
             scheduling_priority=100,
             retry_attempts=2,
             duration_seconds=duration,
