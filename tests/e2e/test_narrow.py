@@ -122,7 +122,10 @@ def test_plan_use_shows_beside_on_demand_use(busy, sign_in, live_server, viewpor
     expect(card.locator("tr.plan-row")).to_contain_text("+3")
     on_screen(card.locator("tr.plan-row td.note"))
     expect(card.locator("tr.plan-row")).to_contain_text("on plan nlp-p5-december")
-    expect(page.locator(".capacity")).to_contain_text("+ 3 of 4 in use on plan nlp-p5-december")
+    on_screen(page.locator(".capacity .plan-use").first)
+    expect(page.locator(".capacity .plan-use").first).to_contain_text(
+        "+ on plan nlp-p5-december: 3 of 4 in use"
+    )
     page.goto(f"{live_server.url}/shares/{busy.nlp.pk}/")
     p5 = page.locator("#share-live tr", has_text=P5).locator("td.plan-use")
     on_screen(p5)
