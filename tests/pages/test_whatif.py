@@ -92,7 +92,7 @@ def test_the_editor_shows_every_share_prefilled_with_its_values_and_the_capacity
     assert f'name="s{world.vision.pk}-borrow_limit" value="100"' in page
     assert f'name="s{world.nlp.pk}-limit_{ids(P5)}" value="4"' in page
     assert '<option value="LEND_AND_BORROW" selected>' in page
-    assert '<td class="num">16</td>' in page  # P4 capacity, under the limits
+    assert '<td class="num" data-label="p4d.24xlarge">16</td>' in page  # P4 capacity, under the limits
     assert 'name="source" value="HISTORY"' in page and "checked" in page
 
 
@@ -225,8 +225,8 @@ def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(
     # Vision runs three of its 5-P4 jobs at once instead of two: its median wait falls from half an hour to
     # nothing, and the change is marked better.
     assert re.search(
-        r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*<td class="num">29m</td>'
-        r'\s*<td class="num">0s</td>\s*<td class="num change">−29m',
+        r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*<td class="num"[^>]*>29m</td>'
+        r'\s*<td class="num"[^>]*>0s</td>\s*<td class="num change"[^>]*>−29m',
         card,
     )
     policy = '<span class="was">LEND_AND_BORROW (100%)</span> → <strong>LEND_AND_BORROW (unlimited)</strong>'
