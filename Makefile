@@ -27,7 +27,7 @@ seed: migrate
 run: seed
 	@echo ""
 	@echo "  quotaportal is starting at http://$(HOST):$(PORT)/"
-	@echo "  sign in as admin / quotaportal-admin (staff), or ana / quotaportal-demo (a member of team nlp)"
+	@echo "  sign in as admin / quotaportal-admin (staff), or ana / quotaportal-demo (a member of teams NLP and Research)"
 	@echo "  Ctrl-C stops the web server, the Celery worker and beat together."
 	@echo ""
 	PATH="$(CURDIR)/$(BIN):$$PATH" DEBUG=$${DEBUG:-1} QUOTAPORTAL_HOST=$(HOST) QUOTAPORTAL_PORT=$(PORT) $(BIN)/honcho start -f Procfile

@@ -10,7 +10,7 @@ from django.db import OperationalError
 from scheduling.models import JobQueue, ServiceEnvironment, State
 from scheduling.passes.requests import pass_waiting_clear
 from scheduling.passes.run import queue_pass_run
-from scheduling.services import executor, history
+from scheduling.services import demo, executor, history
 
 logger = logging.getLogger("quotaportal.scheduling")
 
@@ -77,3 +77,9 @@ def prune_history() -> int:
 def prune_events() -> int:
     """Drop events past EVENT_RETENTION_DAYS, in batches (CONFIG_CHANGED and unfinished jobs' events kept)."""
     return history.events_prune()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def demo_lenders_arrive(job_queue_id: int) -> int:
+    """The demo's lender submits its jobs, a minute or two after seeding (`scheduling.services.demo`)."""
+    return demo.demo_lender_jobs_submit(job_queue_id=job_queue_id)

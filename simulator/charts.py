@@ -85,7 +85,11 @@ def utilization_svg(
     plot_w, plot_h = width - left - right, height - top - bottom
     shares = list(gpus_in_use)
     totals = [sum(gpus_in_use[s][i] for s in shares) for i in range(len(times))]
-    y_max = max([capacity_gpus, *totals, 1.0]) * 1.05
+    # The data fills the chart: when use stays under half the capacity, the scale ends above the use and the
+    # capacity line is named instead of drawn near the top of an empty chart.
+    peak = max([*totals, 1.0])
+    capacity_shown = capacity_gpus <= 2 * peak
+    y_max = (max(capacity_gpus, peak) if capacity_shown else peak) * 1.08
     start, end = (times[0], times[-1]) if times else (0.0, 1.0)
     half = (end - start) / max(1, len(times) - 1) / 2
     start, end = start - half, end + half
@@ -106,19 +110,12 @@ def utilization_svg(
         )
         body.append(_text(left - 6, y(value) + 4, f"{value:g}", anchor="end"))
         value += step
-    day = 86400.0
-    first_day = math.ceil(start / day) * day
-    days = int((end - first_day) // day) + 1
-    every = max(1, days // 10)
-    for k in range(0, days, every):
-        t = first_day + k * day
+    for t, label in _time_ticks(start, end):
         body.append(
             f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}" '
             f'stroke="#666"/>'
         )
-        body.append(
-            _text(x(t), top + plot_h + 16, datetime.fromtimestamp(t, UTC).strftime("%b %d"), anchor="middle")
-        )
+        body.append(_text(x(t), top + plot_h + 17, label, anchor="middle"))
     base = [0.0] * len(times)
     for index, share in enumerate(shares):
         values = gpus_in_use[share]
@@ -135,18 +132,28 @@ def utilization_svg(
         legend_y = top + 14 * index
         body.append(f'<rect x="{left + plot_w + 16}" y="{legend_y}" width="10" height="10" fill="{color}"/>')
         body.append(_text(left + plot_w + 31, legend_y + 9, share))
-    body.append(
-        f'<line x1="{left}" x2="{left + plot_w}" y1="{y(capacity_gpus):.1f}" y2="{y(capacity_gpus):.1f}" '
-        f'stroke="black" stroke-dasharray="5,4"/>'
-    )
-    body.append(
-        _text(
-            left + plot_w - 4,
-            y(capacity_gpus) - 5,
-            f"on-demand capacity {capacity_gpus:g} GPUs",
-            anchor="end",
+    if capacity_shown:
+        body.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(capacity_gpus):.1f}" y2="{y(capacity_gpus):.1f}" '
+            f'stroke="black" stroke-dasharray="5,4"/>'
         )
-    )
+        body.append(
+            _text(
+                left + plot_w - 4,
+                y(capacity_gpus) - 5,
+                f"on-demand capacity {capacity_gpus:g} GPUs",
+                anchor="end",
+            )
+        )
+    else:
+        body.append(
+            _text(
+                left + plot_w - 4,
+                top + 15,
+                f"on-demand capacity {capacity_gpus:g} GPUs, above this scale",
+                anchor="end",
+            )
+        )
     body.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>')
     body.append(
         _text(
@@ -158,8 +165,28 @@ def utilization_svg(
         )
     )
     if credit:
-        body.append(_text(left, height - 14, credit, size=9, extra='fill="#555"'))
+        body.append(_text(left, height - 14, credit, size=11, extra='fill="#555"'))
     return _svg(width, height, body)
+
+
+def _time_ticks(start: float, end: float) -> list[tuple[float, str]]:
+    """Up to about ten ticks on whole days (`Oct 09`), or on whole hours (`14:00`) for a window of two days
+    or less, so a short window is labelled too."""
+    span = end - start
+    if span > 2 * 86400:
+        unit, fmt = 86400.0, "%b %d"
+    else:
+        unit, fmt = 3600.0, "%H:%M"
+    first = math.ceil(start / unit) * unit
+    count = int((end - first) // unit) + 1
+    every = max(1, math.ceil(count / 10))
+    if unit == 3600.0:
+        every = next((n for n in (1, 2, 3, 4, 6, 12, 24) if n >= every), every)
+    return [
+        (first + k * unit, datetime.fromtimestamp(first + k * unit, UTC).strftime(fmt))
+        for k in range(0, count, every)
+        if first + k * unit <= end
+    ]
 
 
 WAIT_TICKS = ((10, "10s"), (60, "1m"), (600, "10m"), (3600, "1h"), (86400, "1d"), (864000, "10d"))
@@ -179,7 +206,7 @@ def waits_svg(
         configs += [c for c in by_config if c not in configs]
     box_w, gap = 14, 18
     group_w = len(configs) * box_w + gap
-    left, right, top, bottom = 60, 20, 54, 96
+    left, right, top, bottom = 60, 20, 54, 104
     width = max(640, left + right + len(groups) * group_w)
     height = 440
     plot_h = height - top - bottom
@@ -187,7 +214,7 @@ def waits_svg(
         math.log10(10),
         math.log10(
             max(
-                864000.0,
+                3600.0,
                 max((v[-1] for by_config in waits.values() for v in by_config.values() if v), default=10.0),
             )
         ),
@@ -236,10 +263,10 @@ def waits_svg(
                 body.append(
                     _text(
                         cx,
-                        top + plot_h + 30 + 10 * (c % 2),
+                        top + plot_h + 32 + 12 * (c % 2),
                         str(missing),
                         anchor="middle",
-                        size=8,
+                        size=11,
                         extra=f'fill="{color}"',
                     )
                 )
@@ -258,7 +285,7 @@ def waits_svg(
         )
     )
     note = "box p25-p75, line p50, whiskers p5-p95, dot p99; small numbers under a group: jobs never started"
-    body.append(_text(left, height - 30, note, size=9, extra='fill="#555"'))
+    body.append(_text(left, height - 32, note, size=11, extra='fill="#555"'))
     if credit:
-        body.append(_text(left, height - 14, credit, size=9, extra='fill="#555"'))
+        body.append(_text(left, height - 14, credit, size=11, extra='fill="#555"'))
     return _svg(width, height, body)

@@ -1,6 +1,7 @@
 """Screenshots of the real pages with the demo data, for the README.
 
     .venv/bin/python tools/screenshots.py [--out docs] [--minutes 60] [--all] [--only whatif ...]
+    .venv/bin/python tools/screenshots.py --all --viewport 390x844 --out /tmp/phone   # as on a phone
 
 Builds a throw-away database in a temporary folder: the demo organisation (`seed_demo`), then `--minutes` of
 simulated history, one scheduling pass and simulated-executor tick every 30 s of simulated time with new
@@ -50,7 +51,14 @@ def main() -> int:
         metavar="NAME",
         help="photograph only this page (overview, share, submit, whatif, ...; repeatable)",
     )
+    parser.add_argument(
+        "--viewport",
+        default="1360x900",
+        metavar="WxH",
+        help="the window the pages are photographed in (default 1360x900; 390x844 is a phone)",
+    )
     args = parser.parse_args()
+    width, height = (int(n) for n in args.viewport.lower().split("x"))
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} not found: install Debian's chromium package", file=sys.stderr)
         return 1
@@ -83,6 +91,7 @@ def main() -> int:
                 everything=args.all,
                 only=args.only,
                 whatif_id=whatif_id,
+                viewport=(width, height),
             )
         finally:
             server.terminate()
@@ -122,6 +131,7 @@ def replay(*, clock: dict, until) -> None:
     from scheduling.management.commands.seed_demo import JOB_NAMES, PREFERENCE_LISTS
     from scheduling.models import InstanceType, JobQueue, QuotaShare, TrainingPlan
     from scheduling.passes import run as passes
+    from scheduling.services import demo
     from scheduling.services import executor as executor_services
     from scheduling.services import jobs as job_services
 
@@ -155,7 +165,10 @@ def replay(*, clock: dict, until) -> None:
         )
 
     steps = int((until - clock["now"]) / STEP)
+    arrive = int(timedelta(seconds=demo.LENDERS_ARRIVE_AFTER_SECONDS) / STEP)
     for step in range(steps):
+        if step == arrive:  # what the worker does after `make run`: the demo's lender comes back
+            demo.demo_lender_jobs_submit(job_queue_id=queue.pk)
         if rng.random() < 0.45:  # the pool stays contended: borrowers fill idle capacity, owners reclaim it
             share_name = rng.choice(sorted(shares))
             submit(share_name, rng.choice(PREFERENCE_LISTS[share_name]), rng.choice([0, 0, 10, 50, 100]))
@@ -222,7 +235,13 @@ def wait_for(url: str, seconds: float = 30) -> None:
 
 
 def photograph(
-    base: str, out: Path, *, everything: bool = False, only: list[str] | None = None, whatif_id: int
+    base: str,
+    out: Path,
+    *,
+    everything: bool = False,
+    only: list[str] | None = None,
+    whatif_id: int,
+    viewport: tuple[int, int] = (1360, 900),
 ) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -248,7 +267,7 @@ def photograph(
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1360, "height": 900}, device_scale_factor=1)
+        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]}, device_scale_factor=1)
         page.goto(f"{base}/accounts/login/")
         page.fill("#id_username", "admin")
         page.fill("#id_password", "quotaportal-admin")

@@ -46,15 +46,32 @@ def mean_gpus_per_slice(
     return [start + (i + 0.5) * width for i in range(slices)], used
 
 
+def active_span(
+    series: Sequence[tuple[float, Sequence[float], Sequence[float]]], *, start: float, end: float
+) -> tuple[float, float]:
+    """The part of [start, end) in which GPUs are in use, with a little room either side, so a window mostly
+    empty (a week of which the jobs took an hour) draws its data across the chart, not in a sliver of it."""
+    busy = [at for at, in_use, _ in series if any(in_use)]
+    if not busy:
+        return start, end
+    first = max(start, busy[0])
+    last = min(end, max(series[-1][0], busy[-1]))
+    if last <= first:
+        return start, end
+    room = (last - first) * 0.03
+    return max(start, first - room), min(end, last + room)
+
+
 def chart_svgs(replays: Sequence[Replay], *, credit: str = "") -> dict[str, str]:
     """`utilization_<configuration>` for each replay and `waits` comparing them, as SVG text."""
     charts = {}
+    # One time axis for every replay, so the current and proposed charts line up.
+    spans = [active_span(r.result.meter.series, start=r.result.start, end=r.result.end) for r in replays]
+    start, end = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else (0.0, 1.0)
     for replay in replays:
         result = replay.result
         config = result.configuration
-        times, used = mean_gpus_per_slice(
-            result.meter.series, start=result.start, end=result.end, slices=CHART_SLICES
-        )
+        times, used = mean_gpus_per_slice(result.meter.series, start=start, end=end, slices=CHART_SLICES)
         charts[f"utilization_{config.name}"] = utilization_svg(
             title=f"GPUs in use per share - {config.name}",
             times=times,

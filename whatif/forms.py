@@ -106,8 +106,9 @@ class WhatIfForm(forms.Form):
                     label=type_.name,
                 )
 
-    def capacity_row(self) -> list[int]:
-        return [self.capacity.get(type_.pk, 0) for type_ in self.instance_types]
+    def capacity_columns(self) -> list[tuple[int, InstanceType]]:
+        """(capacity, instance type) per column of the limits, for the table's footer."""
+        return [(self.capacity.get(type_.pk, 0), type_) for type_ in self.instance_types]
 
     @staticmethod
     def share_prefix(share: QuotaShare) -> str:

@@ -3,12 +3,50 @@ side by side."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from scheduling.models import EnvironmentCapacity, InstanceType, JobQueue, QuotaShare
+from django.db.models import OuterRef, Subquery
+
+from scheduling.models import EnvironmentCapacity, InstanceType, Job, JobQueue, QuotaShare
 from simulator.report import duration, number, percent
 from whatif import sources as replay_sources
 from whatif.models import WhatIfRun
+
+
+def whatif_queue(*, job_queue_id: int | None) -> JobQueue | None:
+    """The queue (the first by name when `job_queue_id` is None) with `first_job_at` and `last_job_at`: when
+    its recorded jobs begin and end, for the default window. 1 query."""
+    jobs = Job.objects.filter(job_queue=OuterRef("pk"))
+    queues = JobQueue.objects.annotate(
+        first_job_at=Subquery(jobs.order_by("created_at").values("created_at")[:1]),
+        last_job_at=Subquery(jobs.order_by("-created_at").values("created_at")[:1]),
+    )
+    if job_queue_id is None:
+        return queues.order_by("name").first()
+    return queues.filter(pk=job_queue_id).first()
+
+
+HISTORY_DAYS_BY_DEFAULT = 7
+
+
+def history_window(
+    *, first_job_at: datetime | None, last_job_at: datetime | None, now: datetime
+) -> tuple[datetime, float]:
+    """The default window of recorded history: (start, days) holding up to the last week of jobs before the
+    newest, from the hour of the first of them, and long enough to reach now. A fresh install with an hour of
+    history gets that hour, not an empty last week."""
+    week = timedelta(days=HISTORY_DAYS_BY_DEFAULT)
+    if last_job_at is None:
+        start = now - week
+    else:
+        start = max(first_job_at or last_job_at, last_job_at - week)
+    start = start.replace(minute=0, second=0, microsecond=0)
+    # Whole hundredths of a day, one more than needed so the newest job falls inside; at least 0.05 (an hour
+    # and 12 min), at most the week.
+    span = math.ceil((now - start).total_seconds() / 864) / 100 + 0.01
+    return start, min(float(HISTORY_DAYS_BY_DEFAULT), max(0.05, round(span, 2)))
 
 
 def whatif_editor(*, job_queue: JobQueue) -> tuple[list[QuotaShare], list[InstanceType], dict[int, int]]:

@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
@@ -19,32 +20,53 @@ from scheduling.errors import Conflict
 from scheduling.models import JobQueue
 from whatif import forms as f
 from whatif import selectors, services
+from whatif import sources as replay_sources
 from whatif.models import WhatIfRun
 
 # The progress bar asks this often while a run is queued or running (only while the tab is visible).
 PROGRESS_POLL_SECONDS = 1
-HISTORY_DAYS_BY_DEFAULT = 7
 PHILLY_START = datetime(2017, 10, 9, tzinfo=UTC)
+PHILLY_DAYS_BY_DEFAULT = 14
 UNCLAIMED_AFTER = timedelta(seconds=30)
 
 
 def _queue(raw) -> JobQueue | None:
     pk = raw if isinstance(raw, int) else int_param(raw, minimum=1)
-    return JobQueue.objects.filter(pk=pk).first() if pk is not None else None
+    return selectors.whatif_queue(job_queue_id=pk) if pk is not None else None
 
 
-def _editor(queue: JobQueue, data=None, base: WhatIfRun | None = None) -> f.WhatIfForm:
+def _philly() -> dict:
+    """Whether the Philly trace is there, where it is looked for, and a default window inside its span."""
+    trace = replay_sources.philly_trace()
+    vc_file = replay_sources.philly_vc_file(trace)
+    if not trace.exists() or not vc_file.exists():
+        return {"available": False, "path": trace, "vc_file": vc_file}
+    first, last = replay_sources.philly_trace_span(trace)
+    start = PHILLY_START if first <= PHILLY_START < last else first.replace(hour=0, minute=0, second=0)
+    days = min(
+        float(PHILLY_DAYS_BY_DEFAULT), max(services.WHATIF_MIN_DAYS, (last - start).total_seconds() / 86400)
+    )
+    return {"available": True, "path": trace, "first": first, "last": last, "start": start, "days": days}
+
+
+def _default_window(queue: JobQueue, source: str, philly: dict) -> dict:
+    if source == WhatIfRun.Source.PHILLY and philly["available"]:
+        return {"source": source, "start": philly["start"], "days": philly["days"]}
+    start, days = selectors.history_window(
+        first_job_at=queue.first_job_at, last_job_at=queue.last_job_at, now=timezone.now()
+    )
+    return {"source": source, "start": start, "days": days}
+
+
+def _editor(
+    queue: JobQueue, data=None, base: WhatIfRun | None = None, *, source: str = WhatIfRun.Source.HISTORY
+) -> f.WhatIfForm:
     """The editor of a queue's proposal: its shares as they are, or as `base` (a past run) proposed them."""
     shares, types, capacity = selectors.whatif_editor(job_queue=queue)
     if base is not None:
         window = {"source": base.source, "start": base.window_start, "days": base.window_days}
     else:
-        start = timezone.now() - timedelta(days=HISTORY_DAYS_BY_DEFAULT)
-        window = {
-            "source": WhatIfRun.Source.HISTORY,
-            "days": HISTORY_DAYS_BY_DEFAULT,
-            "start": start.replace(hour=0, minute=0, second=0, microsecond=0),
-        }
+        window = _default_window(queue, source, _philly())
     return f.WhatIfForm(
         data,
         job_queue=queue,
@@ -68,12 +90,30 @@ def whatif_new(request):
     raw = request.POST.get("job_queue") if request.method == "POST" else request.GET.get("job_queue")
     if base is not None and not raw:
         raw = base.job_queue_id
-    queue = _queue(raw) if raw else JobQueue.objects.order_by("name").first()
+    queue = _queue(raw) if raw else selectors.whatif_queue(job_queue_id=None)
     if raw and queue is None:
         raise Http404("No such queue.")
     if base is not None and base.job_queue_id != queue.pk:
         base = None
-    form = _editor(queue, request.POST if request.method == "POST" else None, base) if queue else None
+    source = request.GET.get("source")
+    if source not in WhatIfRun.Source.values:
+        source = WhatIfRun.Source.HISTORY
+    data = request.POST if request.method == "POST" else None
+    form = _editor(queue, data, base, source=source) if queue else None
+    if form is not None:
+        # Choosing a source fetches the window fields again with that source's default window.
+        form.fields["source"].widget.attrs.update(
+            {
+                "hx-get": f"{reverse('manage_whatif')}?job_queue={queue.pk}",
+                "hx-target": "#whatif-window",
+                "hx-swap": "outerHTML",
+            }
+        )
+    if form is not None and htmx_target(request, ("whatif-window",)):
+        # The source changed: the window fields come back with that source's default window.
+        return render(
+            request, "whatif/whatif.html#whatif-window", {"queue": queue, "form": form, "philly": _philly()}
+        )
     status = 200
     if form is not None and request.method == "POST":
         if form.is_valid():
@@ -96,7 +136,7 @@ def whatif_new(request):
         "form": form,
         "picker": f.WhatIfQueueForm(initial={"job_queue": queue.pk if queue else None}),
         "runs": selectors.whatif_runs(),
-        "philly_start": PHILLY_START,
+        "philly": _philly(),
     }
     template = "whatif/whatif.html"
     if htmx_target(request, ("whatif-editor",)):

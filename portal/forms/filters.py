@@ -14,6 +14,12 @@ def _optional_choice(queryset, label):
 
 
 class JobFilterForm(forms.Form):
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Name or id",
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "pretrain, 42…"}),
+    )
     status = forms.ChoiceField(choices=[("", "any status"), *JobStatus.choices], required=False)
     job_queue = _optional_choice(JobQueue.objects.order_by("name"), "any queue")
     quota_share = _optional_choice(

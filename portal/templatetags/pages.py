@@ -80,3 +80,9 @@ def inline_svg(svg: str | None):
     if problem:
         return format_html('<p class="muted">This chart cannot be shown: {}.</p>', problem)
     return mark_safe(svg)  # checked by svg_problem just above
+
+
+@register.filter
+def plans_of(usage, instance_type: str) -> list[dict]:
+    """The queue's active (or still held) training plans of one instance type, for its capacity row."""
+    return usage.plan_types.get(instance_type, [])

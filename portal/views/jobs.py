@@ -46,6 +46,7 @@ def job_list(request):
             job_queue_id=data["job_queue"].pk if data["job_queue"] else None,
             share_id=data["quota_share"].pk if data["quota_share"] else None,
             team_id=data["team"].pk if data["team"] else None,
+            search=data["q"],
         )
     paginator = Paginator(jobs.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
     page_obj = paginator.get_page(request.GET.get("page"))

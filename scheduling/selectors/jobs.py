@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, Q
 
 from scheduling.models import Job, JobAttempt, JobPreference
 from scheduling.selectors.visibility import Viewer, visible_jobs
@@ -16,6 +16,19 @@ class JobFilters:
     job_queue_id: int | None = None
     share_id: int | None = None
     team_id: int | None = None
+    search: str = ""  # a job's id (exactly, with or without its `#`) or part of its name
+
+
+def _matching(jobs, search: str):
+    """Jobs whose name contains `search`, or the job whose id it is."""
+    search = search.strip()
+    if not search:
+        return jobs
+    match = Q(name__icontains=search)
+    number = search.removeprefix("#")
+    if number.isdigit() and len(number) <= 18:  # longer is no id: it would overflow the database's integer
+        match |= Q(pk=int(number))
+    return jobs.filter(match)
 
 
 def job_list(*, viewer: Viewer, filters: JobFilters):
@@ -29,9 +42,16 @@ def job_list(*, viewer: Viewer, filters: JobFilters):
         jobs = jobs.filter(quota_share_id=filters.share_id)
     if filters.team_id:
         jobs = jobs.filter(team_id=filters.team_id)
+    jobs = _matching(jobs, filters.search)
     return (
         jobs.select_related(
-            "job_queue", "quota_share", "team", "selected_instance_type", "submitted_by", "pending"
+            "job_queue",
+            "quota_share",
+            "team",
+            "selected_instance_type",
+            "selected_training_plan",
+            "submitted_by",
+            "pending",
         )
         .defer("payload", "job_queue__service_environment_id")
         .order_by("-created_at", "-id")

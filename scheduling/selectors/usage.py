@@ -34,6 +34,28 @@ class ShareSummary:
     rows: list[accounting.ShareTypeUsage] = field(default_factory=list)
     borrows_from: list[tuple[str, str, int]] = field(default_factory=list)  # (lender name, type, instances)
     lends_to: list[tuple[str, str, int]] = field(default_factory=list)  # (borrower name, type, instances)
+    # What its jobs hold on training plans, beside (not within) its on-demand limits: (plan name, type, instances)
+    on_plans: list[tuple[str, str, int]] = field(default_factory=list)
+
+    @property
+    def on_plan(self) -> int:
+        return sum(n for _, _, n in self.on_plans)
+
+    @property
+    def now_rows(self) -> list[dict]:
+        """The share page's "Now" table: per instance type its on-demand row (None for a type it holds only on
+        a plan) and what it holds on plans of that type."""
+        types = [row.instance_type for row in self.rows]
+        types += sorted({t for _, t, _ in self.on_plans} - set(types))
+        by_type = {row.instance_type: row for row in self.rows}
+        return [
+            {
+                "instance_type": t,
+                "row": by_type.get(t),
+                "on_plans": [(plan, n) for plan, plan_type, n in self.on_plans if plan_type == t],
+            }
+            for t in types
+        ]
 
     @property
     def usage(self) -> int:
@@ -62,6 +84,15 @@ class QueueUsage:
 
     def share(self, name: str) -> ShareSummary:
         return next(share for share in self.shares if share.name == name)
+
+    @property
+    def plan_types(self) -> dict[str, list[dict]]:
+        """instance type -> the queue's plans of that type that are active or in use, for the capacity rows."""
+        by_type: dict[str, list[dict]] = {}
+        for plan in self.plans:
+            if plan["status"] == TrainingPlan.Status.ACTIVE or plan["in_use_instance_count"]:
+                by_type.setdefault(plan["instance_type"], []).append(plan)
+        return by_type
 
 
 FREE_POOL_LABEL = "free pool"
@@ -97,6 +128,7 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
         limits[share_id][type_names[type_id]] = maximum
     usage: dict[tuple[int, str], int] = {}
     plan_use: dict[int, int] = {}
+    share_plan_use: dict[tuple[int, int], int] = {}  # (share id, plan id) -> instances
     for row in (
         Job.objects.filter(job_queue=job_queue, status__in=PLACED_STATUSES)
         .values("quota_share_id", "selected_instance_type_id", "selected_training_plan_id")
@@ -106,6 +138,8 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
         if row["selected_training_plan_id"]:
             plan_id = row["selected_training_plan_id"]
             plan_use[plan_id] = plan_use.get(plan_id, 0) + row["instances"]
+            key = (row["quota_share_id"], plan_id)
+            share_plan_use[key] = share_plan_use.get(key, 0) + row["instances"]
         else:
             key = (row["quota_share_id"], type_names[row["selected_instance_type_id"]])
             usage[key] = usage.get(key, 0) + row["instances"]
@@ -147,6 +181,11 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
         }
         for plan in TrainingPlan.objects.filter(job_queue=job_queue).order_by("start_time", "name")
     ]
+    plan_names = {plan["id"]: (plan["name"], plan["instance_type"]) for plan in plans}
+    for (share_id, plan_id), instances in sorted(share_plan_use.items()):
+        if share_id in shares and plan_id in plan_names:
+            name, type_name = plan_names[plan_id]
+            shares[share_id].on_plans.append((name, type_name, instances))
     return QueueUsage(
         job_queue=job_queue, shares=list(shares.values()), types=types, loans=loans, plans=plans
     )

@@ -48,11 +48,12 @@ def fast_pages(settings):
 
 @pytest.fixture
 def sign_in(browser, live_server, fast_pages):
-    """A new browser page signed in as `username` through the login form."""
+    """A new browser page signed in as `username` through the login form, in a window of `viewport` (width,
+    height): a laptop's by default."""
     pages = []
 
-    def open_as(username: str, password: str = "pw-for-tests-1"):
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+    def open_as(username: str, password: str = "pw-for-tests-1", viewport: tuple[int, int] = (1280, 900)):
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         page = context.new_page()
         page.set_default_timeout(10_000)
         page.goto(f"{live_server.url}/accounts/login/")

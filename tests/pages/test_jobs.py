@@ -75,6 +75,43 @@ def test_job_list_paginates_and_answers_htmx_with_the_table(world, client_for, s
     assert "<html" not in table and "job-0" in table and "job-4" not in table
 
 
+def test_job_list_finds_a_job_by_part_of_its_name_or_exactly_by_its_id(world, client_for):
+    pretrain = job_in(world.nlp, [(P5, 1)], name="Pretrain-large")
+    job_in(world.nlp, [(P5, 1)], name="finetune-small")
+    numbered = job_in(world.nlp, [(P5, 1)], name=f"eval-{pretrain.pk}{pretrain.pk}")
+    client = client_for(world.ana)
+
+    by_name = client.get(reverse("job_list"), {"q": "pretrain"}).content.decode()
+    by_id = client.get(reverse("job_list"), {"q": f"#{pretrain.pk}"}).content.decode()
+    huge = client.get(reverse("job_list"), {"q": "9" * 40})
+
+    assert "Pretrain-large" in by_name and "finetune-small" not in by_name
+    assert "Pretrain-large" in by_id and "finetune-small" not in by_id
+    assert numbered.name not in by_id  # an id matches exactly, not as part of another number
+    assert huge.status_code == 200 and "No jobs match." in huge.content.decode()
+
+
+def test_job_list_says_briefly_why_each_job_waits_with_the_whole_reason_in_its_title(world, client_for):
+    job_in(world.nlp, [(P5, 4)], name="nlp-full")
+    waits = job_in(world.nlp, [(P5, 1), (P4, 9)], name="nlp-waits")
+    world.run_pass()
+    reason = Job.objects.select_related("pending").get(pk=waits.pk).current_reason
+    assert len(reason) > 90
+
+    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+
+    assert "<th>Why</th>" in html
+    assert f'title="{reason}"' in html.replace("&#x27;", "'")
+    assert reason[:80] in html
+
+
+def test_job_list_names_the_training_plan_a_job_runs_on(world, client_for):
+    job_in(world.nlp, [(P5, 2, world.plan)], name="on-the-plan")
+    world.run_pass()
+    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+    assert "ml.p5.48xlarge x2, plan nlp-p5-december" in html
+
+
 # --- submitting ---------------------------------------------------------------------------------------------
 
 
@@ -268,6 +305,10 @@ def test_job_pages_keep_their_query_budgets(world, client_for, django_assert_max
         assert client.get(reverse("job_list")).status_code == 200
     with django_assert_max_num_queries(5):
         assert client.get(reverse("job_list"), headers=htmx_headers("job-table")).status_code == 200
+    with django_assert_max_num_queries(5):  # a search is one more condition on the same two reads
+        assert (
+            client.get(reverse("job_list"), {"q": "j1"}, headers=htmx_headers("job-table")).status_code == 200
+        )
     # session + user, viewer, job, preferences, attempts, events, role
     with django_assert_max_num_queries(8):
         assert client.get(reverse("job_detail", args=[job.pk])).status_code == 200

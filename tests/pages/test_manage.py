@@ -123,7 +123,10 @@ def test_environment_page_shows_what_the_shares_hold(world, client_for):
         .get(reverse("manage_environment_edit", args=[environment.pk]))
         .content.decode()
     )
-    assert "Held by the shares of queue training" in html and '<td class="num">14</td>' in html
+    assert (
+        "Held by the shares of queue training" in html
+        and '<td class="num" data-label="Held by shares">14</td>' in html
+    )
 
 
 def test_creating_a_share_over_capacity_is_refused_with_the_rules_message(world, client_for):

@@ -38,6 +38,17 @@ def test_overview_labels_each_capacity_bar_with_its_numbers(world, client_for):
     assert 'class="seg seg-borrowed"' in html
 
 
+def test_overview_shows_plan_use_beside_on_demand_use(world, client_for):
+    job_in(world.nlp, [(P5, 4)], name="nlp-on-demand")
+    job_in(world.nlp, [(P5, 3, world.plan)], name="nlp-on-the-plan")
+    world.run_pass()
+    html = client_for(world.ana).get("/").content.decode()
+    assert "4 owned · 0 borrowed · 0 idle · 4 free of 8" in html  # on demand
+    assert "+ on plan nlp-p5-december: 3 of 4 in use" in html  # the capacity row, beside it
+    assert "<strong>4</strong>/4" in html and "<strong>+3</strong>" in html  # nlp's card
+    assert "on plan nlp-p5-december" in html
+
+
 def test_overview_shows_each_share_usage_loans_and_pending(world, client_for):
     job_in(world.vision, [(G5, 10)], name="vision-borrows")
     job_in(world.nlp, [(P5, 4)], name="nlp-first")

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scheduling.models import InstanceType, QuotaShare, ShareUsageSample
 from tests.factories import job_in
-from tests.pages.conftest import G5, P4, htmx_headers
+from tests.pages.conftest import G5, P4, P5, htmx_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -47,6 +47,17 @@ def test_share_page_names_who_borrows_from_a_lender(world, client_for):
     html = client_for(world.chen).get(reverse("share_detail", args=[world.vision.pk])).content.decode()
     assert "<strong>2</strong> ml.p4d.24xlarge from free pool" in html
     assert "<strong>2</strong> ml.p4d.24xlarge from speech" in html
+
+
+def test_share_page_now_table_shows_what_the_share_holds_on_plans(world, client_for):
+    job_in(world.nlp, [(P5, 2)], name="nlp-on-demand")
+    job_in(world.nlp, [(P5, 3, world.plan)], name="nlp-on-the-plan")
+    world.run_pass()
+    html = client_for(world.ana).get(reverse("share_detail", args=[world.nlp.pk])).content.decode()
+    assert "<th>On plans</th>" in html
+    assert "<strong>+3</strong> on plan nlp-p5-december" in html
+    assert "3 instances held on training plans" in html
+    assert "ml.p5.48xlarge x3 on plan nlp-p5-december" in html  # the placed job
 
 
 def test_share_page_of_another_team_is_aggregate_only(world, busy, client_for):

@@ -92,7 +92,7 @@ def test_the_editor_shows_every_share_prefilled_with_its_values_and_the_capacity
     assert f'name="s{world.vision.pk}-borrow_limit" value="100"' in page
     assert f'name="s{world.nlp.pk}-limit_{ids(P5)}" value="4"' in page
     assert '<option value="LEND_AND_BORROW" selected>' in page
-    assert '<td class="num">16</td>' in page  # P4 capacity, under the limits
+    assert '<td class="num" data-label="p4d.24xlarge">16</td>' in page  # P4 capacity, under the limits
     assert 'name="source" value="HISTORY"' in page and "checked" in page
 
 
@@ -225,8 +225,8 @@ def test_a_finished_run_shows_current_and_proposed_side_by_side_with_the_charts(
     # Vision runs three of its 5-P4 jobs at once instead of two: its median wait falls from half an hour to
     # nothing, and the change is marked better.
     assert re.search(
-        r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*<td class="num">29m</td>'
-        r'\s*<td class="num">0s</td>\s*<td class="num change">−29m',
+        r'<tr class="verdict-better">\s*<th scope="row">Wait p50</th>\s*<td class="num"[^>]*>29m</td>'
+        r'\s*<td class="num"[^>]*>0s</td>\s*<td class="num change"[^>]*>−29m',
         card,
     )
     policy = '<span class="was">LEND_AND_BORROW (100%)</span> → <strong>LEND_AND_BORROW (unlimited)</strong>'
@@ -299,3 +299,55 @@ def test_the_what_if_pages_are_for_staff(world, client_for, begin, history):
     assert member.get(reverse("manage_whatif")).status_code == 403
     assert member.post(reverse("manage_whatif_apply", args=[run.pk]), {"confirm": "on"}).status_code == 403
     assert QuotaShare.objects.get(name="nlp").strategy == "RESERVE"
+
+
+# --- the default window and the Philly trace ----------------------------------------------------------------
+
+
+def test_on_a_fresh_install_the_default_window_holds_todays_jobs_and_runs(world, client_for):
+    at = timezone.now() - timedelta(minutes=20)
+    job_in(world.vision, [(P4, 5)], name="today", created_at=at, runnable_since=at, duration_seconds=600)
+    client = client_for(world.admin)
+    page = client.get(reverse("manage_whatif")).content.decode()
+    start = re.search(r'name="start" value="([^"]+)"', page).group(1)
+    days = re.search(r'name="days" value="([^"]+)"', page).group(1)
+    assert start == at.replace(minute=0, second=0, microsecond=0).strftime("%Y-%m-%dT%H:%M")
+    assert float(days) < 1
+
+    response = client.post(
+        reverse("manage_whatif"), editor_data(world, at, start=start, days=days, **lend_nlp(world))
+    )
+
+    assert response.status_code == 302, response.content.decode()
+
+
+def test_without_the_philly_trace_the_editor_says_so_and_how_to_point_at_it(
+    world, client_for, settings, tmp_path
+):
+    settings.REPLAY_TRACE = str(tmp_path / "philly.csv")
+    page = client_for(world.admin).get(reverse("manage_whatif")).content.decode()
+    assert "The Philly trace is not installed here" in page
+    assert str(tmp_path / "philly.csv") in page and "REPLAY_TRACE" in page
+
+
+def test_choosing_the_philly_trace_sets_a_window_inside_it(world, client_for, settings, tmp_path):
+    trace = tmp_path / "philly.csv"
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    rows += [f"2017-10-0{n} 10:00:00,3600.0,1,3600.0,vc1" for n in range(1, 4)]
+    trace.write_text("\n".join(rows) + "\n")
+    (tmp_path / "philly_vc.csv").write_text("vc,node num\nvc1,8\n")
+    settings.REPLAY_TRACE = str(trace)
+
+    window = (
+        client_for(world.admin)
+        .get(
+            reverse("manage_whatif"),
+            {"job_queue": world.queue.pk, "source": "PHILLY"},
+            headers=htmx_headers("whatif-window"),
+        )
+        .content.decode()
+    )
+
+    assert window.lstrip().startswith('<fieldset class="window" id="whatif-window">')
+    assert 'value="2017-10-01T00:00"' in window
+    assert "The trace covers 2017-10-01 .. 2017-10-03" in window

@@ -25,6 +25,7 @@ from scheduling.models import (
     State,
     TrainingPlan,
 )
+from scheduling.services import demo
 from tests.factories import (
     InstanceTypeFactory,
     JobQueueFactory,
@@ -174,7 +175,7 @@ def test_seed_demo_is_idempotent():
     assert strategies == {"RESERVE", "LEND", "LEND_AND_BORROW"}
     assert QuotaShare.objects.filter(in_share_preemption=True).exists()
     assert QuotaShare.objects.exclude(borrow_limit=-1).exists()
-    assert counts[1] == 12
+    assert counts[1] == 12 + len(demo.BORROWER_JOBS)  # and the reclaim's borrower, its lender sent for later
 
 
 # --- one write path: the admin saves configuration through the services ----------------------------------

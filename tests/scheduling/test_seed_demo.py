@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import io
 import re
+from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
+from scheduling import tasks
 from scheduling.management.commands.seed_demo import ADMIN, DEMO_PASSWORD
+from scheduling.models import PLACED_STATUSES, Event, EventKind, Job, JobQueue
+from scheduling.passes.run import queue_pass_run
+from scheduling.services import demo
+from scheduling.services.executor import simulated_executor_tick
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +63,28 @@ def test_seed_demo_with_debug_on_keeps_the_published_demo_passwords(settings):
     assert f"{ADMIN[0]} / {ADMIN[1]}" in out
     assert get_user_model().objects.get(username=ADMIN[0]).check_password(ADMIN[1])
     assert get_user_model().objects.get(username="ana").check_password(DEMO_PASSWORD)
+
+
+def test_seed_demo_borrows_at_once_and_the_lenders_jobs_sent_for_later_reclaim_it(
+    settings, django_capture_on_commit_callbacks
+):
+    settings.DEBUG = True
+    with mock.patch.object(tasks.demo_lenders_arrive, "apply_async") as sent:
+        with django_capture_on_commit_callbacks(execute=True):
+            call_command("seed_demo", stdout=io.StringIO())
+    queue = JobQueue.objects.get(name="training")
+    assert sent.call_args == mock.call(args=[queue.pk], countdown=demo.LENDERS_ARRIVE_AFTER_SECONDS)
+
+    queue_pass_run(job_queue_id=queue.pk, trigger="test")  # the first pass, right after `make run` starts
+    borrowing = Job.objects.filter(name__startswith="vision-long-", borrowed_instances__gt=0)
+    assert borrowing.exists()
+    assert not Event.objects.filter(kind=EventKind.PREEMPTED_RECLAIM).exists()
+
+    simulated_executor_tick(job_queue_id=queue.pk, now=timezone.now() + timedelta(seconds=60))
+    tasks.demo_lenders_arrive(queue.pk)  # what the worker runs when the countdown is over
+    queue_pass_run(job_queue_id=queue.pk, trigger="test")
+
+    reclaims = Event.objects.filter(kind=EventKind.PREEMPTED_RECLAIM)
+    assert reclaims.filter(job__name__startswith="vision-long-").exists()
+    assert Job.objects.filter(name__startswith="speech-urgent-", status__in=PLACED_STATUSES).exists()
+    assert tasks.demo_lenders_arrive(queue.pk) == 0  # sent twice (a redelivery), it submits nothing new

@@ -29,6 +29,7 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.services import demo
 from scheduling.services import jobs as job_services
 
 ADMIN = ("admin", "quotaportal-admin")
@@ -191,12 +192,15 @@ class Command(BaseCommand):
             plan.start_time, plan.end_time = now - timedelta(days=1), now + timedelta(days=30)
             plan.save(update_fields=["start_time", "end_time"])
 
-        submitted = self._submit_jobs(
+        # The reclaim's borrower first, so the first pass places its long jobs before the others'.
+        submitted = demo.demo_borrower_jobs_submit(job_queue=queue)
+        submitted += self._submit_jobs(
             queue=queue, shares=shares, types=types, plans={plan.name: plan}, count=jobs
         )
         summary = (
             f"demo ready: queue {queue.name} with {len(shares)} shares, plan {plan.name}, "
-            f"{submitted} new job(s)"
+            f"{submitted} new job(s); speech's jobs arrive in {demo.LENDERS_ARRIVE_AFTER_SECONDS} s and reclaim "
+            "what vision borrowed"
         )
         if published:
             self.stdout.write(

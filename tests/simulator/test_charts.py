@@ -1,0 +1,53 @@
+"""The replay's charts: text a person can read (11 px at least) and data spread across the chart."""
+
+from __future__ import annotations
+
+import re
+
+from simulator.charts import utilization_svg, waits_svg
+from whatif.charts import active_span
+
+HOUR = 3600.0
+START = 1_760_000_000.0  # some day in October 2025
+
+
+def font_sizes(svg: str) -> list[int]:
+    return [int(size) for size in re.findall(r'font-size="(\d+)"', svg)]
+
+
+def test_every_text_of_both_charts_is_at_least_11_px():
+    utilization = utilization_svg(
+        title="t",
+        times=[START + i * 60 for i in range(60)],
+        gpus_in_use={"a": [4.0] * 60, "b": [2.0] * 60},
+        capacity_gpus=16,
+        credit="Philly trace",
+    )
+    waits = waits_svg(
+        title="t",
+        waits={"all jobs": {"current": [20.0, 60.0, 300.0], "proposed": [10.0, 30.0]}},
+        never_started={"all jobs": {"current": 2}},
+        credit="Philly trace",
+    )
+    assert min(font_sizes(utilization)) >= 11
+    assert min(font_sizes(waits)) >= 11
+
+
+def test_a_short_window_is_labelled_by_the_hour_and_low_use_fills_the_height():
+    svg = utilization_svg(
+        title="t",
+        times=[START + i * 60 for i in range(180)],
+        gpus_in_use={"a": [16.0] * 180},
+        capacity_gpus=288,
+    )
+    assert re.search(r">\d\d:00</text>", svg)  # hour ticks on a three-hour window
+    assert "on-demand capacity 288 GPUs, above this scale" in svg
+    assert 'stroke-dasharray="5,4"' not in svg  # no capacity line squashing 16 GPUs to the bottom
+
+
+def test_the_chart_spans_the_part_of_the_window_in_which_gpus_are_in_use():
+    week = 7 * 24 * HOUR
+    series = [(START + week - 2 * HOUR, [4.0], [0.0]), (START + week - HOUR, [0.0], [0.0])]
+    first, last = active_span(series, start=START, end=START + week)
+    assert START + week - 2 * HOUR - 0.1 * HOUR < first < START + week - 2 * HOUR + 1
+    assert last <= START + week and last - first < 2 * HOUR
