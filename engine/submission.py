@@ -7,10 +7,31 @@ The live validation (`scheduling.rules.validate_preferences`) and the replay's
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable, Sequence
 from datetime import datetime
 
 from .fit import plan_open_to_share
 from .types import Entry, Plan
+
+# SPEC 1: a job lists 1 to 5 preference entries, each (instance type, training plan) pair at most once.
+MAX_PREFERENCES = 5
+
+
+def preference_count_allowed(count: int) -> bool:
+    """A preference list holds 1 to MAX_PREFERENCES entries."""
+    return 1 <= count <= MAX_PREFERENCES
+
+
+def repeated_entries(keys: Sequence[Hashable]) -> dict[int, int]:
+    """Each entry whose (type, plan) key an earlier entry already has: its index -> the first one's index."""
+    first: dict[Hashable, int] = {}
+    repeats: dict[int, int] = {}
+    for index, key in enumerate(keys):
+        if key in first:
+            repeats[index] = first[key]
+        else:
+            first[key] = index
+    return repeats
 
 
 class NeverRuns(enum.Enum):

@@ -12,6 +12,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from engine.submission import MAX_PREFERENCES  # noqa: F401 (the one bound; forms and the admin read it here)
+
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 name_validator = RegexValidator(
     NAME_PATTERN, "Use 1 to 128 letters, digits, hyphens or underscores (no spaces).", code="invalid_name"
@@ -19,7 +21,6 @@ name_validator = RegexValidator(
 
 MAX_SHARES_PER_QUEUE = 20
 MAX_SHARE_LIMITS = 5
-MAX_PREFERENCES = 5
 MAX_PAYLOAD_BYTES = 64 * 1024
 
 

@@ -21,7 +21,7 @@ from django.db.models import Sum
 import engine
 from engine import ceilings, submission
 from engine.invariants import limits_fit_capacity
-from engine.submission import NeverRuns
+from engine.submission import NeverRuns, preference_count_allowed, repeated_entries
 from scheduling.models import (
     MAX_PAYLOAD_BYTES,
     MAX_PREFERENCES,
@@ -259,7 +259,7 @@ def validate_preferences(
     """1-5 entries, no repeated (type, plan) pair, and every entry able to run in principle (SPEC 4)."""
     errors: Errors = {}
     field = "instance_preferences"
-    if not 1 <= len(entries) <= MAX_PREFERENCES:
+    if not preference_count_allowed(len(entries)):
         _add(errors, field, f"give 1 to {MAX_PREFERENCES} instance preferences, got {len(entries)}")
         _raise_if(errors)
     capacity = environment_capacity(job_queue)
@@ -274,22 +274,25 @@ def validate_preferences(
         trainingplan__job_queue=job_queue
     ).values_list("trainingplan_id", "quotashare_id"):
         shares_of_plan.setdefault(plan_id, set()).add(share_id)
-    seen: dict[tuple[int, int | None], int] = {}
+    repeats = repeated_entries(
+        [
+            (entry.instance_type.pk, entry.training_plan.pk if entry.training_plan else None)
+            for entry in entries
+        ]
+    )
     for index, entry in enumerate(entries):
         at = f"{field}[{index}]"
         type_ = entry.instance_type
         plan = entry.training_plan
-        key = (type_.pk, plan.pk if plan else None)
-        if key in seen:
+        if index in repeats:
             where = f"on plan {plan.name}" if plan else "on-demand"
             _add(
                 errors,
                 at,
-                f"repeats entry {seen[key]} ({type_.name} {where}); each (instance type, training "
+                f"repeats entry {repeats[index]} ({type_.name} {where}); each (instance type, training "
                 f"plan) pair may appear once",
             )
             continue
-        seen[key] = index
         if entry.instance_count < 1:
             _add(errors, f"{at}.instance_count", "instance_count must be at least 1")
             continue

@@ -20,13 +20,16 @@ from typing import Any
 from engine import UNLIMITED, Entry, Ordering, Plan, Strategy
 from engine.ceilings import lendable_beside, most_ever_held, reserved_capacity
 from engine.invariants import limits_fit_capacity
-from engine.submission import NeverRuns, on_demand_entry_never_runs, plan_entry_never_runs
+from engine.submission import (
+    NeverRuns,
+    on_demand_entry_never_runs,
+    plan_entry_never_runs,
+)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 MAX_SHARES = 20
 MAX_SHARE_LIMITS = 5
-MAX_PREFERENCES = 5
 DEFAULT_PLAN_DRAIN_SECONDS = 1800
 
 # GPUs per instance of the types the replay knows by name; a configuration may add or override them.

@@ -43,8 +43,9 @@ from engine import (
     Strategy,
     schedule,
 )
+from engine.submission import MAX_PREFERENCES, preference_count_allowed, repeated_entries
 
-from .config import EPOCH, MAX_PREFERENCES, Configuration, entry_problem, to_datetime, validate
+from .config import EPOCH, Configuration, entry_problem, to_datetime, validate
 from .invariants import InvariantViolation, PassChecker
 from .meter import UsageMeter
 from .shortcuts import (
@@ -517,9 +518,9 @@ class Simulation:
             return f"no quota share named {job.share} in configuration {self.config.name}"
         if not share.enabled:
             return f"share {share.name} is disabled and accepts no jobs"
-        if not 1 <= len(job.entries) <= MAX_PREFERENCES:
+        if not preference_count_allowed(len(job.entries)):
             return f"{len(job.entries)} preference entries; 1 to {MAX_PREFERENCES} are allowed"
-        if len({(e.instance_type, e.training_plan) for e in job.entries}) != len(job.entries):
+        if repeated_entries([(e.instance_type, e.training_plan) for e in job.entries]):
             return "a (type, plan) pair is repeated in the preference list"
         for entry in job.entries:
             problem = entry_problem(self.config, share, entry, job.submitted_at)

@@ -21,6 +21,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from engine import Entry, Ordering, Strategy
+from engine.submission import MAX_PREFERENCES
 from scheduling.models import (
     EnvironmentCapacity,
     InstanceType,
@@ -36,7 +37,7 @@ from scheduling.models import (
 )
 from simulator import Configuration, ConfigurationError, PlanConfig, ShareConfig, SimJob
 from simulator import philly as philly_mapping
-from simulator.config import MAX_PREFERENCES, entry_problem, validate
+from simulator.config import entry_problem, validate
 from simulator.trace import TraceRow, read_philly, read_philly_vcs
 
 DEFAULT_TRACE = Path(settings.REPLAY_TRACE)
