@@ -108,8 +108,9 @@ def test_a_restarted_agent_adopts_what_runs_and_reports_what_ended_meanwhile(ser
     lives_on, ends_meanwhile, killed_meanwhile = job("lives", 0), job("ends", 5), job("killed", 0)
     first = start()
     try:
-        for each in (lives_on, ends_meanwhile, killed_meanwhile):
-            wait_until(lambda each=each: "RUNNING" in server.accepted(each), what="three jobs running")
+        for each, name in ((lives_on, "lives"), (ends_meanwhile, "ends"), (killed_meanwhile, "killed")):
+            wait_until(lambda each=each: "RUNNING" in server.accepted(each), what="three jobs reported running")
+            wait_until(lambda name=name: lines(tmp_path / name), what="three commands running")
         first.send_signal(signal.SIGKILL)  # no shutdown at all: the state file is all the next agent has
         first.wait(timeout=5)
         state = json.loads((tmp_path / "work" / "state.json").read_text())
