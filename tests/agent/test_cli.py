@@ -109,7 +109,9 @@ def test_a_restarted_agent_adopts_what_runs_and_reports_what_ended_meanwhile(ser
     first = start()
     try:
         for each, name in ((lives_on, "lives"), (ends_meanwhile, "ends"), (killed_meanwhile, "killed")):
-            wait_until(lambda each=each: "RUNNING" in server.accepted(each), what="three jobs reported running")
+            wait_until(
+                lambda each=each: "RUNNING" in server.accepted(each), what="three jobs reported running"
+            )
             wait_until(lambda name=name: lines(tmp_path / name), what="three commands running")
         first.send_signal(signal.SIGKILL)  # no shutdown at all: the state file is all the next agent has
         first.wait(timeout=5)
