@@ -234,7 +234,8 @@ class Agent:
                 entry.get("stop_grace_seconds") or self.config.default_stop_grace_seconds
             ),
         )
-        self.state.jobs[job.key] = job
+        with self.state.lock:  # the reporter thread saves the state too
+            self.state.jobs[job.key] = job
         self.report(job, "STARTING", f"starting on slots {','.join(map(str, slots))}")  # also saves the state
         try:
             process = runner.spawn(job, command, extra_env)
@@ -366,6 +367,8 @@ class Agent:
         return True, runner.recorded_exit(job.exit_file)
 
     def finish(self, job: RunningJob, exit_code: int | None, unknown_reason: str) -> None:
+        if exit_code is None and job.killed:
+            exit_code = 128 + signal.SIGKILL  # ours, at the deadline: the supervisor died with the command
         outcome = runner.describe_exit(exit_code) if exit_code is not None else unknown_reason
         if job.stopping:
             status, reason = "STOPPED", f"{job.stop_reason}; {outcome}"

@@ -177,7 +177,7 @@ def test_the_supervisor_imports_nothing_of_the_package():
 
 def test_the_example_job_resumes_from_its_checkpoint(tmp_path):
     example = AGENT_DIR / "examples" / "train.py"
-    env = {**os.environ, "TRAIN_STEPS": "50", "TRAIN_STEP_SECONDS": "0.05"}
+    env = {**os.environ, "TRAIN_STEPS": "30", "TRAIN_STEP_SECONDS": "0.05"}
     first = subprocess.Popen(
         [sys.executable, str(example)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
     )
@@ -186,11 +186,11 @@ def test_the_example_job_resumes_from_its_checkpoint(tmp_path):
     out, _ = first.communicate(timeout=10)
     assert first.returncode == 0 and "checkpoint" in out
     saved = json.loads((tmp_path / "checkpoint.json").read_text())["step"]
-    assert 0 < saved < 50
+    assert 0 < saved < 30
 
     second = subprocess.run(
         [sys.executable, str(example)], cwd=tmp_path, env=env, capture_output=True, text=True
     )
 
     assert second.returncode == 0
-    assert f"resuming at step {saved}" in second.stdout and "finished 50 steps" in second.stdout
+    assert f"resuming at step {saved}" in second.stdout and "finished 30 steps" in second.stdout
