@@ -59,6 +59,10 @@ class Client:
         self._local = threading.local()  # a requests.Session is not thread-safe: one per thread
         self._headers = {"Authorization": f"Token {token}", "User-Agent": USER_AGENT}
 
+    def url(self, *parts: object) -> str:
+        """An API address: `url("jobs", 4, "report")` is BASE/api/v1/jobs/4/report/."""
+        return "/".join([self.base, *map(str, parts)]) + "/"
+
     @property
     def session(self) -> requests.Session:
         if not hasattr(self._local, "session"):
@@ -70,7 +74,7 @@ class Client:
         """Jobs to start (claimed for this agent) and jobs to stop; None if the server could not be asked."""
         try:
             response = self.session.get(
-                f"{self.base}/service-environments/{environment_id}/work/",
+                self.url("service-environments", environment_id, "work"),
                 params={"instance_type": instance_type, "wait": wait},
                 timeout=self.timeout + wait,
             )
@@ -109,7 +113,7 @@ class Client:
 
     def environments(self) -> list[dict] | None:
         """Every service environment (all pages), or None if the server could not be asked."""
-        found, url = [], f"{self.base}/service-environments/"
+        found, url = [], self.url("service-environments")
         while url:
             try:
                 response = self.session.get(url, timeout=self.timeout)

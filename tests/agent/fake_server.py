@@ -1,6 +1,6 @@
 """A stand-in for quotaportal's executor endpoints, faithful to the protocol the agent codes to.
 
-`GET /api/v1/service-environments/{id}/work/` claims placed jobs for the caller and lists stopping ones, holding
+The work endpoint (GET service-environments/ID/work/) claims placed jobs for the caller and lists stopping ones, holding
 the request up to `wait` seconds until there is some; `POST /api/v1/jobs/{id}/report/` checks the attempt (stale
 -> 409) and the transition (illegal -> 409), accepts repeats, and 404s unknown jobs. `go_down`/`come_up` close and
 reopen the port, so the agent sees connections refused, as in a real outage.
@@ -244,7 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path == "/api/v1/service-environments/":
             results = [{"id": ENVIRONMENT_ID, "name": ENVIRONMENT_NAME, "executor": "external"}]
             self._answer(200, {"count": 1, "next": None, "previous": None, "results": results})
-        elif url.path == f"/api/v1/service-environments/{ENVIRONMENT_ID}/work/":
+        elif url.path == "/".join(["/api/v1/service-environments", str(ENVIRONMENT_ID), "work", ""]):
             wait = min(30.0, float(query.get("wait", ["0"])[0]))
             self._answer(200, self.server_state.work(query.get("instance_type", [""])[0], wait))
         else:
