@@ -156,7 +156,11 @@ class Agent:
                 self.outbox_changed.wait(0.2)
                 self.outbox_changed.clear()
                 continue
-            outcome = self.client.report(report.job_id, report.body)
+            try:
+                outcome = self.client.report(report.job_id, report.body)
+            except Exception as error:  # a bug or a full disk must not silence every later report
+                log.exception("delivering report %s", report.seq)
+                outcome = ReportOutcome(Delivery.RETRY, repr(error))
             if outcome.delivery is Delivery.RETRY:
                 log.warning("report on job %s waits for the server: %s", report.job_id, outcome.detail)
                 backoff.wait(self.halt)
@@ -181,7 +185,12 @@ class Agent:
         for older in [j for j in self.state.jobs.values() if j.id == job_id and j.attempt < attempt]:
             self.drop_stale(older)
         entry = {**entry, "id": job_id, "attempt": attempt}
-        self.try_start(entry, hold_until=time.monotonic() + self.config.hold_seconds)
+        try:
+            self.try_start(entry, hold_until=time.monotonic() + self.config.hold_seconds)
+        except Exception as error:  # one odd entry must not take the agent, and every job, down
+            log.exception("job %s attempt %s: cannot take %.300r", job_id, attempt, entry)
+            if not self.state.has_seen(job_id, attempt):
+                self.fail_untaken(entry, f"bad start entry: {error}")
 
     def try_start(self, entry: dict[str, Any], *, hold_until: float | None) -> None:
         """Start the entry's process, fail it, or (until `hold_until`) hold it for slots still being freed."""

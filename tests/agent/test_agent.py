@@ -221,6 +221,7 @@ def test_bad_payloads_fail_their_jobs_and_the_agent_goes_on(server, start_agent)
         "env a list": {"command": ["true"], "env": ["A=1"]},
     }
     jobs = {name: server.add_job(payload) for name, payload in bad.items()}
+    odd_grace = server.add_job({"command": ["true"]}, grace="soon")
     missing = server.add_job({"command": ["/nonexistent/program", "--flag"]})
     good = server.add_job({"command": python("print('fine')")})
     start_agent()
@@ -232,6 +233,8 @@ def test_bad_payloads_fail_their_jobs_and_the_agent_goes_on(server, start_agent)
         assert server.accepted(job) == ["FAILED"], name
     assert "`env`" in server.final(jobs["bad env"]).body["reason"]
     assert "no `command`" in server.final(jobs["no command"]).body["reason"]
+    odd = server.wait_final(odd_grace)
+    assert odd.body["status"] == "FAILED" and odd.body["reason"].startswith("bad start entry: ")
     not_found = server.wait_final(missing)
     assert not_found.body["status"] == "FAILED" and not_found.body["exit_code"] == 127
     assert "cannot run '/nonexistent/program'" in not_found.body["output_tail"]
