@@ -1,0 +1,138 @@
+"""quotaportal's REST API as the agent uses it: the work long-poll, reports, and finding an environment.
+
+No method raises on a server outage: a poll that fails returns None, a report says whether to retry, and the
+caller waits with a `Backoff` before trying again.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "quotaportal-agent/0.1"
+
+
+class Delivery(enum.Enum):
+    """What became of one report."""
+
+    DELIVERED = "delivered"  # 200: recorded (a repeat is harmless)
+    CONFLICT = "conflict"  # 409: a stale attempt or an illegal transition; never retried
+    GONE = "gone"  # 404: the job no longer exists
+    REFUSED = "refused"  # any other 4xx but 401/403/429: the server will never take it
+    RETRY = "retry"  # server down, 5xx, 401/403/429: try again later, in order
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    delivery: Delivery
+    detail: str = ""
+
+
+class Backoff:
+    """Exponential backoff with jitter; `wait` returns early when `stop` is set."""
+
+    def __init__(self, initial: float = 0.5, maximum: float = 30.0):
+        self.initial, self.maximum = initial, maximum
+        self.delay = initial
+
+    def reset(self) -> None:
+        self.delay = self.initial
+
+    def wait(self, stop: threading.Event) -> None:
+        # Jitter so that many agents cut off by the same outage do not all come back in the same second.
+        stop.wait(self.delay * random.uniform(0.5, 1.0))
+        self.delay = min(self.delay * 2, self.maximum)
+
+
+class Client:
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0):
+        self.base = url.rstrip("/") + "/api/v1"
+        self.timeout = timeout
+        self._local = threading.local()  # a requests.Session is not thread-safe: one per thread
+        self._headers = {"Authorization": f"Token {token}", "User-Agent": USER_AGENT}
+
+    def url(self, *parts: object) -> str:
+        """An API address: `url("jobs", 4, "report")` is BASE/api/v1/jobs/4/report/."""
+        return "/".join([self.base, *map(str, parts)]) + "/"
+
+    @property
+    def session(self) -> requests.Session:
+        if not hasattr(self._local, "session"):
+            self._local.session = requests.Session()
+            self._local.session.headers.update(self._headers)
+        return self._local.session
+
+    def work(self, environment_id: int, instance_type: str, wait: int) -> dict[str, list[dict]] | None:
+        """Jobs to start (claimed for this agent) and jobs to stop; None if the server could not be asked."""
+        try:
+            response = self.session.get(
+                self.url("service-environments", environment_id, "work"),
+                params={"instance_type": instance_type, "wait": wait},
+                timeout=self.timeout + wait,
+            )
+        except requests.RequestException as error:
+            log.warning("work poll failed: %s", error)
+            return None
+        if response.status_code != 200:
+            log.warning("work poll answered %s: %s", response.status_code, response.text[:200])
+            return None
+        try:
+            body = response.json()
+            return {"start": list(body.get("start") or []), "stop": list(body.get("stop") or [])}
+        except (ValueError, AttributeError, TypeError):
+            log.warning("work poll answered something that is not the work document: %.200s", response.text)
+            return None
+
+    def report(self, job_id: int, body: dict[str, Any]) -> ReportOutcome:
+        try:
+            response = self.session.post(
+                f"{self.base}/jobs/{job_id}/report/", json=body, timeout=self.timeout
+            )
+        except requests.RequestException as error:
+            return ReportOutcome(Delivery.RETRY, str(error))
+        detail = _detail(response)
+        status = response.status_code
+        if 200 <= status < 300:
+            return ReportOutcome(Delivery.DELIVERED)
+        if status == 409:
+            return ReportOutcome(Delivery.CONFLICT, detail)
+        if status == 404:
+            return ReportOutcome(Delivery.GONE, detail)
+        # A token without the permission yet, or throttling, can be fixed while we wait; a 400 cannot.
+        if 400 <= status < 500 and status not in (401, 403, 408, 429):
+            return ReportOutcome(Delivery.REFUSED, f"{status}: {detail}")
+        return ReportOutcome(Delivery.RETRY, f"{status}: {detail}")
+
+    def environments(self) -> list[dict] | None:
+        """Every service environment (all pages), or None if the server could not be asked."""
+        found, url = [], self.url("service-environments")
+        while url:
+            try:
+                response = self.session.get(url, timeout=self.timeout)
+            except requests.RequestException as error:
+                log.warning("listing service environments failed: %s", error)
+                return None
+            if response.status_code in (401, 403):
+                raise PermissionError(f"the server refused the token ({response.status_code})")
+            if response.status_code != 200:
+                log.warning("listing service environments answered %s", response.status_code)
+                return None
+            page = response.json()
+            found += page.get("results", [])
+            url = page.get("next")
+        return found
+
+
+def _detail(response: requests.Response) -> str:
+    try:
+        return str(response.json().get("detail", ""))[:500]
+    except (ValueError, AttributeError):
+        return response.text[:500]
