@@ -41,6 +41,20 @@ def preempted_reason(state: WorkingState, preemption: Preemption) -> str:
     )
 
 
+def nominated_reason(state: WorkingState, job: Job, entry_index: int, stopping_ids: list[int]) -> str:
+    """What a nominated job waits for, and until when (the latest deadline of the jobs it waits for)."""
+    entry = job.entries[entry_index]
+    stopping = state.stopping_jobs.get(entry.instance_type, {})
+    deadlines = [stopping[job_id].stop_deadline for job_id in stopping_ids if job_id in stopping]
+    jobs = ", ".join(str(job_id) for job_id in stopping_ids)
+    # A job that began stopping in this pass has no deadline in the snapshot: the write side sets it.
+    if deadlines and None not in deadlines:
+        until = f"until {when(max(deadlines))}"
+    else:
+        until = "until they have stopped (at most the stop grace period)"
+    return f"waiting for {entry.instance_type} x{entry.instance_count} held by stopping jobs {jobs} {until}"
+
+
 class PendingReasons:
     """Entry texts are cached: at the end of the pass the same entry of the same share reads the same."""
 
