@@ -83,6 +83,9 @@ class Configuration:
     gpus: Mapping[str, int] = field(default_factory=dict)
     share_ids: Mapping[str, int] = field(default_factory=dict)
     description: str = ""
+    # Seconds a preempted, drained or cancelled running job stays STOPPING, holding its capacity (the
+    # environment's stop_grace_seconds, as the executor uses it); 0: jobs stop at once, as before graceful stops.
+    stop_seconds: int = 0
 
     def gpus_of(self, instance_type: str) -> int:
         """GPUs per instance: the configuration's table, then the known types; an unknown type counts 1."""
@@ -163,6 +166,8 @@ def validate(config: Configuration) -> Configuration:
             problems.append(f"{where}: no share named {', '.join(unknown)}")
     if len({plan.name for plan in config.plans}) != len(config.plans):
         problems.append("two training plans have the same name")
+    if config.stop_seconds < 0:
+        problems.append("stop_seconds cannot be negative")
     if problems:
         raise ConfigurationError(f"configuration {config.name}: " + "; ".join(problems))
     return config
@@ -267,6 +272,7 @@ def configuration_from_mapping(
         "plans",
         "ordering",
         "plan_drain_seconds",
+        "stop_seconds",
         "instance_types",
         "strategy",
         "borrow_limit",
@@ -313,6 +319,7 @@ def configuration_from_mapping(
             plans=tuple(plans),
             ordering=Ordering(data.get("ordering", config.ordering)),
             plan_drain_seconds=int(data.get("plan_drain_seconds", config.plan_drain_seconds)),
+            stop_seconds=int(data.get("stop_seconds", config.stop_seconds)),
             gpus=gpus,
         )
     except (KeyError, TypeError, ValueError) as error:
@@ -399,6 +406,7 @@ def configuration_summary(config: Configuration) -> dict[str, Any]:
         "capacity_gpus": config.capacity_gpus(),
         "ordering": str(config.ordering),
         "plan_drain_seconds": config.plan_drain_seconds,
+        "stop_seconds": config.stop_seconds,
         "shares": [
             {
                 "name": s.name,
