@@ -8,6 +8,7 @@ pass itself), `synthetic` (a seeded busy queue for benchmarks).
 
 from .scheduler import schedule
 from .types import (
+    HOLDING_STATUSES,
     PLACED_STATUSES,
     UNLIMITED,
     Admission,
@@ -16,6 +17,8 @@ from .types import (
     Entry,
     Job,
     JobStatus,
+    Nominate,
+    Nomination,
     Ordering,
     PassStats,
     Pending,
@@ -30,6 +33,7 @@ from .types import (
 )
 
 __all__ = [
+    "HOLDING_STATUSES",
     "PLACED_STATUSES",
     "UNLIMITED",
     "Admission",
@@ -38,6 +42,8 @@ __all__ = [
     "Entry",
     "Job",
     "JobStatus",
+    "Nominate",
+    "Nomination",
     "Ordering",
     "PassStats",
     "Pending",

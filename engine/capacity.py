@@ -2,6 +2,10 @@
 
 Built once from the snapshot. Every placement and release updates the per-type aggregates of invariants A
 and B (SPEC section 2) in O(1), so a fit check never sums over shares or jobs.
+
+Graceful stops (SPEC 3.4) give a type two states: *now*, where STOPPING jobs still hold their instances, and
+*once settled*, where every STOPPING job is gone and every nominated job holds its earmarked entry. A type
+with neither (`TypeLedger.settling` false) has one state, and everything reads as before.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ class Holding:
 
     `victims` are the jobs placed before this pass, in reclaim order; a job placed in this pass is never a
     victim in it, so it never enters the list. Stopped jobs stay in the list and are skipped by readers.
+    `usage` counts STOPPING jobs (`stopping` of it); `earmarked` is what nominated jobs of the share will hold.
     """
 
     __slots__ = (
@@ -34,6 +39,8 @@ class Holding:
         "victims",
         "victim_usage",
         "live_from",
+        "stopping",
+        "earmarked",
     )
 
     def __init__(self, share: Share, instance_type: str):
@@ -46,6 +53,8 @@ class Holding:
         self.victims: list[Job] = []
         self.victim_usage = 0
         self.live_from = 0
+        self.stopping = 0
+        self.earmarked = 0
 
     @property
     def borrowed(self) -> int:
@@ -61,10 +70,19 @@ class TypeLedger:
 
     used = sum of usage (invariant A), in_use_or_reserved = sum of max(usage, reserved) (invariant B),
     borrowed = sum of usage above limits, reclaimable = victim usage of shares over their limit (an upper
-    bound on what reclaim can free).
+    bound on what reclaim can free); stopping = held by STOPPING jobs, earmarked = for nominated jobs.
     """
 
-    __slots__ = ("instance_type", "capacity", "used", "in_use_or_reserved", "borrowed", "reclaimable")
+    __slots__ = (
+        "instance_type",
+        "capacity",
+        "used",
+        "in_use_or_reserved",
+        "borrowed",
+        "reclaimable",
+        "stopping",
+        "earmarked",
+    )
 
     def __init__(self, instance_type: str, capacity: int):
         self.instance_type = instance_type
@@ -73,6 +91,13 @@ class TypeLedger:
         self.in_use_or_reserved = 0
         self.borrowed = 0
         self.reclaimable = 0
+        self.stopping = 0
+        self.earmarked = 0
+
+    @property
+    def settling(self) -> bool:
+        """Instances of the type are stopping or earmarked: it is not yet as it will be once they settle."""
+        return self.stopping > 0 or self.earmarked > 0
 
     @property
     def broken(self) -> bool:
@@ -121,6 +146,10 @@ class WorkingState:
         self.placements: dict[int, Placement] = {}
         self.placed_in_pass: set[int] = set()
         self.stopped: set[int] = set()
+        # On-demand STOPPING jobs per type (from the snapshot and from this pass), by id; and per plan, the
+        # instances STOPPING jobs hold on it.
+        self.stopping_jobs: dict[str, dict[int, Job]] = {}
+        self.plan_stopping: dict[str, int] = {}
         # (share, plan) -> smallest count known not to fit without preemption (see fit.py).
         self.no_fit = FailureMemo()
         # (share, priority) -> smallest count preemption is known not to make room for (see preemption.py).
@@ -142,10 +171,14 @@ class WorkingState:
                 if holding is not None:  # its type's sums are counted once all jobs are in
                     holding.victims.append(job)
                     holding.usage += job.placement.instance_count
+            elif job.status == JobStatus.STOPPING:
+                if job.placement is None:
+                    raise ValueError(f"job {job.id} is STOPPING but has no placement")
+                self._hold_while_stopping(job, job.placement)
             elif job.status != JobStatus.RUNNABLE:
-                raise ValueError(f"job {job.id} has status {job.status}, not RUNNABLE or placed")
+                raise ValueError(f"job {job.id} has status {job.status}, not RUNNABLE, placed or STOPPING")
         for holding in self.holdings.values():
-            if holding.victims:
+            if holding.usage:
                 holding.victims.sort(key=lambda job: victim_key(job, job.placement))
                 self._count_before_pass(holding)
 
@@ -193,6 +226,19 @@ class WorkingState:
     def plan_free(self, plan: Plan) -> int:
         return plan.instance_count - self.plan_in_use.get(plan.name, 0)
 
+    def settled_usage(self, holding: Holding) -> int:
+        """The share's usage of the type once STOPPING jobs are gone and its nominated jobs are placed."""
+        return holding.usage - holding.stopping + holding.earmarked
+
+    def settled_in_use_or_reserved(self, instance_type: str) -> int:
+        """Invariant B's sum for the type once STOPPING jobs are gone and nominated jobs are placed."""
+        if not self.ledgers[instance_type].settling:
+            return self.ledgers[instance_type].in_use_or_reserved
+        return sum(
+            max(self.settled_usage(holding), holding.reserved)
+            for holding in self.holdings_of_type(instance_type)
+        )
+
     # --- changes -----------------------------------------------------------------------------------------
 
     def place(self, job: Job, instance_type: str, count: int, training_plan: str | None) -> Placement:
@@ -203,6 +249,31 @@ class WorkingState:
         if holding is not None:
             self._adjust(holding, count, 0)
         return placement
+
+    def begin_stopping(self, job: Job) -> Placement:
+        """`job` stops gracefully: no longer a victim or placed, but it holds its capacity until it is gone."""
+        placement = self.placements.pop(job.id)
+        self.stopped.add(job.id)
+        if placement.training_plan is not None:
+            name = placement.training_plan
+            self.plan_stopping[name] = self.plan_stopping.get(name, 0) + placement.instance_count
+        else:
+            holding = self.holding(job.share_id, placement.instance_type)
+            holding.stopping += placement.instance_count
+            self.ledgers[placement.instance_type].stopping += placement.instance_count
+            self.stopping_jobs.setdefault(placement.instance_type, {})[job.id] = job
+            # Not a victim any more; and the type once settled has room it did not have before.
+            self._adjust(holding, 0, -placement.instance_count)
+            self.no_fit.forget(placement.instance_type)
+        return placement
+
+    def earmark(self, share_id: int, instance_type: str, count: int) -> None:
+        """Hold back (`count` > 0) or give up (< 0) instances of the type for a nominated job of the share."""
+        holding = self.holding(share_id, instance_type)
+        holding.earmarked += count
+        self.ledgers[instance_type].earmarked += count
+        self.no_fit.forget(instance_type)
+        self.no_preemption.forget(instance_type)
 
     def release(self, job: Job) -> Placement:
         """Free the capacity `job` holds; it is stopped for the rest of the pass."""
@@ -223,13 +294,26 @@ class WorkingState:
     def _count_before_pass(self, holding: Holding) -> None:
         """Add a holding of jobs placed before the pass to its type's sums, as `_adjust` would one by one."""
         ledger = self.ledgers[holding.instance_type]
-        holding.victim_usage = holding.usage
+        holding.victim_usage = holding.usage - holding.stopping
+        ledger.stopping += holding.stopping
         ledger.used += holding.usage
         ledger.in_use_or_reserved += max(holding.usage, holding.reserved) - holding.reserved
         ledger.borrowed += holding.borrowed
         if holding.over_limit:
             ledger.reclaimable += holding.victim_usage
         self.share_usage[holding.share.id] += holding.usage
+
+    def _hold_while_stopping(self, job: Job, placement: Placement) -> None:
+        """A STOPPING job of the snapshot: its instances count as held, but it is never a victim nor drained."""
+        if placement.training_plan is not None:
+            name = placement.training_plan
+            self.plan_in_use[name] = self.plan_in_use.get(name, 0) + placement.instance_count
+            self.plan_stopping[name] = self.plan_stopping.get(name, 0) + placement.instance_count
+            return
+        holding = self.holding(job.share_id, placement.instance_type)
+        holding.usage += placement.instance_count
+        holding.stopping += placement.instance_count
+        self.stopping_jobs.setdefault(placement.instance_type, {})[job.id] = job
 
     def _hold(self, job: Job, placement: Placement) -> Holding | None:
         """Record where `job` is placed; returns the on-demand holding it joins (None on a plan)."""

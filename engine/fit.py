@@ -75,14 +75,33 @@ def within_lendable_capacity(
     return in_use_or_reserved + change <= ledger.capacity
 
 
-def on_demand_entry_fits(state: WorkingState, share_id: int, entry: Entry) -> bool:
-    """An on-demand entry fits when the share rule and the lendable capacity both allow n more instances."""
-    holding = state.holding(share_id, entry.instance_type)
-    usage_after = holding.usage + entry.instance_count
+def fits_now(state: WorkingState, holding: Holding, count: int) -> bool:
+    """The share rule and the lendable capacity allow `count` more instances, STOPPING jobs still holding."""
+    usage_after = holding.usage + count
     if not within_share_ceiling(holding, usage_after):
         return False
-    ledger = state.ledgers[entry.instance_type]
+    ledger = state.ledgers[holding.instance_type]
     return within_lendable_capacity(ledger, holding, ledger.in_use_or_reserved, holding.usage, usage_after)
+
+
+def fits_once_settled(state: WorkingState, holding: Holding, count: int) -> bool:
+    """Earmarks: the same `count` more also fits once STOPPING jobs are gone and nominated jobs are placed."""
+    ledger = state.ledgers[holding.instance_type]
+    if not ledger.settling:
+        return True
+    usage = state.settled_usage(holding)
+    if not within_share_ceiling(holding, usage + count):
+        return False
+    settled = state.settled_in_use_or_reserved(holding.instance_type)
+    return within_lendable_capacity(ledger, holding, settled, usage, usage + count)
+
+
+def on_demand_entry_fits(state: WorkingState, share_id: int, entry: Entry) -> bool:
+    """An on-demand entry fits when it fits now and once the stopping and nominated jobs have settled."""
+    holding = state.holding(share_id, entry.instance_type)
+    return fits_now(state, holding, entry.instance_count) and fits_once_settled(
+        state, holding, entry.instance_count
+    )
 
 
 def entry_fits_without_preemption(state: WorkingState, share_id: int, entry: Entry) -> bool:

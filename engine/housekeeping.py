@@ -1,4 +1,9 @@
-"""Housekeeping (SPEC 3.1 and the LIMIT_REDUCED rule of section 2): what a pass settles before it places."""
+"""Housekeeping (SPEC 3.1 and the LIMIT_REDUCED rule of section 2): what a pass settles before it places.
+
+A taken job stops gracefully here too (`preemption.stop`): it holds its capacity while STOPPING. The
+give-back counts STOPPING jobs as already gone: they leave whatever happens, so a pass that finds them still
+holding stops only what is needed besides them, and the passes while they stop stop nobody more.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,15 @@ from datetime import datetime, timedelta
 from . import messages
 from .capacity import Holding, TypeLedger, WorkingState, victim_key
 from .fit import plan_is_active, plan_is_draining
-from .preemption import preempt, put_back_until_minimal
+from .preemption import preempt, put_back_until_minimal, stop
 from .types import Decisions, Drain, Job, JobStatus, PreemptionKind, Timeout
 
 
 def drain_expiring_plans(state: WorkingState, decisions: Decisions) -> list[Job]:
-    """Jobs on a plan ending within the drain window, ended or gone go back to RUNNABLE (not a preemption)."""
+    """Jobs on a plan ending within the drain window, ended or gone go back to RUNNABLE (not a preemption).
+
+    Returns those stopped at once, which the pass may place elsewhere; a taken job is STOPPING instead.
+    """
     drained: list[Job] = []
     for name in sorted(state.plan_jobs):
         plan = state.plans.get(name)
@@ -22,7 +30,9 @@ def drain_expiring_plans(state: WorkingState, decisions: Decisions) -> list[Job]
         for job in sorted(state.plan_jobs[name], key=_by_id):
             if job.id not in state.placements:
                 continue
-            placement = state.release(job)
+            placement = state.placements[job.id]
+            graceful = stop(state, job)
+            message = messages.drain_message(name, plan, state.snapshot.plan_drain_seconds, state.now)
             decisions.drains.append(
                 Drain(
                     job_id=job.id,
@@ -30,10 +40,12 @@ def drain_expiring_plans(state: WorkingState, decisions: Decisions) -> list[Job]
                     training_plan=name,
                     instance_type=placement.instance_type,
                     instances=placement.instance_count,
-                    message=messages.drain_message(name, plan, state.snapshot.plan_drain_seconds, state.now),
+                    message=message + (" (stopping gracefully)" if graceful else ""),
+                    graceful=graceful,
                 )
             )
-            drained.append(job)
+            if not graceful:
+                drained.append(job)
     return drained
 
 
@@ -67,7 +79,7 @@ def time_out_pending_jobs(state: WorkingState, decisions: Decisions) -> set[int]
 
 
 class TypeGiveBack:
-    """An instance type as it would be once the jobs taken so far are stopped (invariants A and B)."""
+    """An instance type as it would be once STOPPING jobs and the jobs taken so far are gone (A and B)."""
 
     __slots__ = ("state", "ledger", "usage", "used", "in_use_or_reserved", "most_in_use_or_reserved")
 
@@ -75,15 +87,19 @@ class TypeGiveBack:
         self.state = state
         self.ledger = ledger
         self.usage: dict[int, int] = {}
-        self.used = ledger.used
+        holdings = state.holdings_of_type(ledger.instance_type)
+        self.used = ledger.used - ledger.stopping
         self.in_use_or_reserved = ledger.in_use_or_reserved
+        if ledger.stopping:
+            self.in_use_or_reserved = sum(max(h.usage - h.stopping, h.reserved) for h in holdings)
         # With every job stopped the sum is what RESERVE shares keep: no lower than that (more than capacity
         # only in a configuration SPEC 2 rejects) can be reached.
-        kept = sum(holding.reserved for holding in state.holdings_of_type(ledger.instance_type))
+        kept = sum(holding.reserved for holding in holdings)
         self.most_in_use_or_reserved = max(ledger.capacity, kept)
 
     def usage_of(self, holding: Holding) -> int:
-        return self.usage.get(holding.share.id, holding.usage)
+        usage = self.usage.get(holding.share.id)
+        return holding.usage - holding.stopping if usage is None else usage
 
     def still_over_limit(self, holding: Holding) -> bool:
         return self.usage_of(holding) > holding.limit
@@ -184,13 +200,15 @@ def restore_plan_limits(state: WorkingState, decisions: Decisions) -> list[Job]:
         if plan is None:
             continue
         allowed = plan.instance_count if plan_is_active(plan, state.now) else 0
-        if state.plan_in_use[name] <= allowed:
+        # STOPPING jobs count as gone, as on a type.
+        in_use = state.plan_in_use[name] - state.plan_stopping.get(name, 0)
+        if in_use <= allowed:
             continue
         on_plan = sorted(
             (job for job in state.plan_jobs[name] if job.id in state.placements),
             key=lambda job: victim_key(job, job.placement),
         )
-        trial = PlanGiveBack(state.plan_in_use[name], allowed)
+        trial = PlanGiveBack(in_use, allowed)
         for job in limit_reduced_give_back(trial, on_plan, trial.invariants_hold):
             preempt(state, decisions, job, kind=PreemptionKind.LIMIT_REDUCED, preemptor=None)
             stopped.append(job)

@@ -76,6 +76,17 @@ def preemption_message(
     return message
 
 
+def nomination_message(job: Job, fit: Fit, stopping_ids: list[int]) -> str:
+    entry = fit.entry
+    message = (
+        f"nominated for {entry.instance_type} x{entry.instance_count} "
+        f"(entry {fit.entry_index + 1} of {len(job.entries)})"
+    )
+    if fit.victims:
+        message += " after preempting " + ", ".join(f"job {victim.id}" for victim in fit.victims)
+    return message + ": waiting for stopping jobs " + ", ".join(str(job_id) for job_id in stopping_ids)
+
+
 def drain_message(plan_name: str, plan: Plan | None, drain_seconds: int, now: datetime) -> str:
     if plan is None:
         return f"training plan {plan_name} no longer exists: stopped and returned to RUNNABLE"

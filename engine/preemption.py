@@ -15,6 +15,10 @@ Victims are searched in the spec's steps, one function each:
 limit or, for a set with no reclaim victim left, within what it may borrow (a share never reclaims in order to
 borrow). That rule is not monotone (putting back the last reclaim victim lets the share borrow again), which
 is why the put-back repeats until no victim can be returned.
+
+With graceful stops the search works on the type *once settled* (`capacity.WorkingState`): STOPPING jobs
+already gone, nominated jobs already on their earmarked entries. So instances already on their way out are
+never won a second time, and a victim is never taken for room that a nominated job will hold.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Protocol
 
 from . import messages
 from .capacity import Holding, WorkingState, victim_key
-from .fit import Fit, within_lendable_capacity, within_own_quota, within_share_ceiling
+from .fit import Fit, fits_once_settled, within_lendable_capacity, within_own_quota, within_share_ceiling
 from .types import Decisions, Entry, Job, Preemption, PreemptionKind
 
 
@@ -49,11 +53,12 @@ class VictimSet:
         self.ledger = state.ledgers[holding.instance_type]
         self.count = count
         self.usage: dict[int, int] = {}
-        self.in_use_or_reserved = self.ledger.in_use_or_reserved
+        self.in_use_or_reserved = state.settled_in_use_or_reserved(holding.instance_type)
         self.reclaimed = 0  # victims of other shares in the set
 
     def usage_of(self, holding: Holding) -> int:
-        return self.usage.get(holding.share.id, holding.usage)
+        usage = self.usage.get(holding.share.id)
+        return self.state.settled_usage(holding) if usage is None else usage
 
     def still_over_limit(self, holding: Holding) -> bool:
         return self.usage_of(holding) > holding.limit
@@ -100,7 +105,7 @@ def reclaim_candidates(state: WorkingState, victims: VictimSet) -> Iterator[Job]
     cursors: list[tuple[tuple[int, float, int], int, int]] = []
     borrowers: dict[int, Holding] = {}
     for holding in state.holdings_of_type(victims.holding.instance_type):
-        if holding is not victims.holding and holding.over_limit:
+        if holding is not victims.holding and victims.still_over_limit(holding):
             index = state.next_live_victim(holding)
             if index is not None:
                 borrowers[holding.share.id] = holding
@@ -135,8 +140,9 @@ def in_share_usage(state: WorkingState, holding: Holding, priority: int) -> int:
 
 def can_end_within_own_quota(state: WorkingState, holding: Holding, count: int, priority: int) -> bool:
     """A share never reclaims in order to borrow: reclaim only if it can end within its own limit."""
-    return within_own_quota(holding, holding.usage + count) or within_own_quota(
-        holding, holding.usage - in_share_usage(state, holding, priority) + count
+    usage = state.settled_usage(holding)
+    return within_own_quota(holding, usage + count) or within_own_quota(
+        holding, usage - in_share_usage(state, holding, priority) + count
     )
 
 
@@ -144,6 +150,8 @@ def preemption_may_make_room(state: WorkingState, job: Job, entry: Entry) -> boo
     """Cheap upper bound: other shares' reclaimable over-limit usage plus the share's lower-priority usage."""
     holding = state.holding(job.share_id, entry.instance_type)
     ledger = state.ledgers[entry.instance_type]
+    if ledger.settling:  # the bound reads the sums of now; the search itself reads the type once settled
+        return True
     in_share = 0
     if holding.share.in_share_preemption:
         index = state.next_live_victim(holding)
@@ -220,11 +228,20 @@ def select_victims(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ..
     return victims
 
 
+def waits_for_stopping_jobs(state: WorkingState, job: Job, entry: Entry) -> bool:
+    """An entry that fits once the STOPPING jobs are gone needs no victim: the job waits for them instead."""
+    holding = state.holding(job.share_id, entry.instance_type)
+    return state.ledgers[entry.instance_type].stopping > 0 and fits_once_settled(
+        state, holding, entry.instance_count
+    )
+
+
 def first_fit_with_preemption(state: WorkingState, job: Job) -> Fit | None:
     """The job's first on-demand entry, in preference order, that preemption can make room for.
 
-    Until usage of the type changes, preemption that cannot make room for n instances for a share and priority
-    cannot for more either: `state.no_preemption` remembers the smallest such count.
+    An entry that only waits for STOPPING jobs is such an entry, with no victims. Until usage of the type
+    changes, preemption that cannot make room for n instances for a share and priority cannot for more
+    either: `state.no_preemption` remembers the smallest such count.
     """
     for index, entry in enumerate(job.entries):
         if entry.training_plan is not None:
@@ -232,6 +249,8 @@ def first_fit_with_preemption(state: WorkingState, job: Job) -> Fit | None:
         key = (job.share_id, job.priority)
         if state.no_preemption.known_to_fail(entry.instance_type, key, entry.instance_count):
             continue
+        if waits_for_stopping_jobs(state, job, entry):
+            return Fit(index, entry)
         victims = select_victims(state, job, entry) if preemption_may_make_room(state, job, entry) else None
         if victims is not None:
             return Fit(index, entry, victims)
@@ -250,13 +269,27 @@ def preemption_fails(victim: Job) -> bool:
     return retries is not None and victim.preemption_count + 1 > retries
 
 
+def stops_gracefully(job: Job) -> bool:
+    """A job its executor has taken goes to STOPPING and keeps its capacity; one not taken stops at once."""
+    return job.taken
+
+
+def stop(state: WorkingState, job: Job) -> bool:
+    """Stop `job` for the rest of the pass, gracefully or at once; True when graceful."""
+    if stops_gracefully(job):
+        state.begin_stopping(job)
+        return True
+    state.release(job)
+    return False
+
+
 def preempt(
     state: WorkingState, decisions: Decisions, victim: Job, *, kind: PreemptionKind, preemptor: Job | None
 ) -> Preemption:
-    """Stop `victim` now: its capacity is free at once, and it is not placed again in this pass."""
+    """Stop `victim`: at once (its capacity free in this pass) or gracefully; never placed again in the pass."""
     placement = state.placements[victim.id]
     message = messages.preemption_message(state, victim, placement, kind=kind, preemptor=preemptor)
-    state.release(victim)
+    graceful = stop(state, victim)
     preemption = Preemption(
         job_id=victim.id,
         share_id=victim.share_id,
@@ -266,7 +299,8 @@ def preempt(
         preemptor_job_id=preemptor.id if preemptor is not None else None,
         preemptor_share_id=preemptor.share_id if preemptor is not None else None,
         fails=preemption_fails(victim),
-        message=message,
+        message=message + (" (stopping gracefully)" if graceful else ""),
+        graceful=graceful,
     )
     decisions.preemptions.append(preemption)
     return preemption

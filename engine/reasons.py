@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .capacity import Holding, TypeLedger, WorkingState
 from .fit import (
+    fits_once_settled,
     plan_has_room,
     plan_is_active,
     plan_is_draining,
@@ -39,6 +40,20 @@ def preempted_reason(state: WorkingState, preemption: Preemption) -> str:
         f"preempted in this pass by job {preemption.preemptor_job_id} of share {share} "
         f"(will be retried next pass)"
     )
+
+
+def nominated_reason(state: WorkingState, job: Job, entry_index: int, stopping_ids: list[int]) -> str:
+    """What a nominated job waits for, and until when (the latest deadline of the jobs it waits for)."""
+    entry = job.entries[entry_index]
+    stopping = state.stopping_jobs.get(entry.instance_type, {})
+    deadlines = [stopping[job_id].stop_deadline for job_id in stopping_ids if job_id in stopping]
+    jobs = ", ".join(str(job_id) for job_id in stopping_ids)
+    # A job that began stopping in this pass has no deadline in the snapshot: the write side sets it.
+    if deadlines and None not in deadlines:
+        until = f"until {when(max(deadlines))}"
+    else:
+        until = "until they have stopped (at most the stop grace period)"
+    return f"waiting for {entry.instance_type} x{entry.instance_count} held by stopping jobs {jobs} {until}"
 
 
 class PendingReasons:
@@ -116,9 +131,12 @@ class PendingReasons:
         if not within_lendable_capacity(ledger, holding, in_use_or_reserved, holding.usage, usage_after):
             return (
                 self.capacity_reason(ledger, holding, usage_after)
+                + stopping_detail(state, ledger)
                 + ", "
                 + self.why_preemption_cannot_help(job, entry)
             )
+        if not fits_once_settled(state, holding, entry.instance_count):
+            return earmarked_reason(state, ledger)
         return "room was freed after this job's turn (it is placed next pass)"
 
     def capacity_reason(self, ledger: TypeLedger, holding: Holding, usage_after: int) -> str:
@@ -178,6 +196,22 @@ class PendingReasons:
                 reserved_idle,
             )
         return details
+
+
+def stopping_detail(state: WorkingState, ledger: TypeLedger) -> str:
+    """Instances of the type still held by STOPPING jobs, named (empty when none)."""
+    if not ledger.stopping:
+        return ""
+    jobs = ", ".join(str(job_id) for job_id in sorted(state.stopping_jobs.get(ledger.instance_type, {})))
+    return f" ({ledger.stopping} held by stopping jobs {jobs})"
+
+
+def earmarked_reason(state: WorkingState, ledger: TypeLedger) -> str:
+    """Room there is now, but nominated jobs will hold it once the STOPPING jobs are gone."""
+    return (
+        f"room held for nominated jobs: {ledger.earmarked} earmarked until stopping jobs are gone"
+        f"{stopping_detail(state, ledger)}"
+    )
 
 
 def share_rule_reason(holding: Holding, usage_after: int) -> str:

@@ -1,6 +1,10 @@
 """The scheduling pass (SPEC section 3): housekeeping, order heads, nominate, preempt, place, explain.
 
 One call, one queue, one snapshot; nothing is read but the snapshot and nothing is written but the decisions.
+
+Graceful stops (SPEC 3.4): a preemptor whose victims include a taken job is nominated, not placed; jobs
+nominated by earlier passes are settled first (`PassRun.place_nominated_first`), so while their victims
+stop their instances are earmarked and nobody preempts again on their behalf.
 """
 
 from __future__ import annotations
@@ -9,18 +13,25 @@ from dataclasses import dataclass, field
 
 from . import messages
 from .capacity import WorkingState
-from .fit import Fit, borrowed_by_placement, first_fit_without_preemption
+from .fit import (
+    Fit,
+    borrowed_by_placement,
+    first_fit_without_preemption,
+    fits_once_settled,
+    on_demand_entry_fits,
+)
 from .housekeeping import (
     drain_expiring_plans,
     restore_capacity_limits,
     restore_plan_limits,
     time_out_pending_jobs,
 )
-from .order import HeadOrder, queue_key, share_queues
+from .order import HeadOrder, head_key, queue_key, share_queues
 from .preemption import first_fit_with_preemption, preempt, preemption_kind
 from .reasons import (
     PendingReasons,
     held_by_strict_fifo_reason,
+    nominated_reason,
     preempted_reason,
     queue_disabled_reason,
     share_disabled_reason,
@@ -30,6 +41,7 @@ from .types import (
     Decisions,
     Job,
     JobStatus,
+    Nominate,
     Ordering,
     PassStats,
     Pending,
@@ -53,12 +65,30 @@ def schedule(snapshot: Snapshot) -> Decisions:
     if snapshot.queue_enabled:
         unordered = [job for job in runnable if not state.shares[job.share_id].enabled]
         schedulable = [job for job in runnable if state.shares[job.share_id].enabled]
+        placed_first = run.place_nominated_first([job for job in schedulable if job.nomination is not None])
+        schedulable = [job for job in schedulable if job.id not in placed_first]
         left = run.place_in_order(share_queues(schedulable), allow_preemption=True)
         if any(p.preemptor_job_id is not None for p in run.decisions.preemptions):
             left = run.sweep(left)
+    run.lapse_nominations(
+        job.id for job in state.jobs if job.nomination is not None and job.id not in run.nomination_holds
+    )
     run.explain_pending(unordered, left)
     run.decisions.stats = pass_stats(run.decisions, run.considered)
     return run.decisions
+
+
+def nomination_still_valid(state: WorkingState, job: Job) -> bool:
+    """A nomination lapses at once when its entry is gone or on a plan (its share and queue are enabled)."""
+    index = job.nomination.entry_index
+    return 0 <= index < len(job.entries) and job.entries[index].training_plan is None
+
+
+def victims_still_stopping(state: WorkingState, job: Job) -> list[int]:
+    """The nominated job's victims that are still STOPPING (a victim gone from the snapshot has stopped)."""
+    instance_type = job.entries[job.nomination.entry_index].instance_type
+    stopping = state.stopping_jobs.get(instance_type, {})
+    return sorted(job_id for job_id in job.nomination.victim_ids if job_id in stopping)
 
 
 @dataclass
@@ -69,6 +99,69 @@ class PassRun:
     decisions: Decisions = field(default_factory=Decisions)
     considered: set[int] = field(default_factory=set)
     held_behind: dict[int, int] = field(default_factory=dict)
+    # Jobs that end the pass nominated (kept from the snapshot or new): entry index and the STOPPING jobs
+    # they wait for; and every job whose nomination, old or new, stands or was replaced by an admission.
+    waiting: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+    nomination_holds: set[int] = field(default_factory=set)
+
+    def place_nominated_first(self, nominated: list[Job]) -> set[int]:
+        """Nominated jobs are taken before any other head; returns those it placed.
+
+        Every valid nomination is earmarked first. Then, in head order, each is placed on the first entry that
+        fits without preemption (its own earmark freed for it); else, while any of its victims is STOPPING and
+        its entry fits once they are gone, it keeps waiting (and its earmark); else its nomination lapses and
+        it is an ordinary head of this pass.
+        """
+        state = self.state
+        valid = sorted(
+            (job for job in nominated if nomination_still_valid(state, job)),
+            key=lambda job: head_key(job, state.share_under_limit(job.share_id)),
+        )
+        for job in valid:
+            entry = job.entries[job.nomination.entry_index]
+            state.earmark(job.share_id, entry.instance_type, entry.instance_count)
+        placed: set[int] = set()
+        for job in valid:
+            self.considered.add(job.id)
+            entry = job.entries[job.nomination.entry_index]
+            state.earmark(job.share_id, entry.instance_type, -entry.instance_count)
+            fit = first_fit_without_preemption(state, job)
+            if fit is not None:
+                self.admit(job, fit)
+                self.nomination_holds.add(job.id)
+                placed.add(job.id)
+                continue
+            stopping = victims_still_stopping(state, job)
+            holding = state.holding(job.share_id, entry.instance_type)
+            if stopping and fits_once_settled(state, holding, entry.instance_count):
+                state.earmark(job.share_id, entry.instance_type, entry.instance_count)
+                self.waiting[job.id] = (job.nomination.entry_index, stopping)
+                self.nomination_holds.add(job.id)
+        return placed
+
+    def nominate(self, job: Job, fit: Fit) -> None:
+        """The preemptor waits for STOPPING jobs: its entry is earmarked and it is placed by a later pass."""
+        state, entry = self.state, fit.entry
+        victim_ids = sorted(state.stopping_jobs.get(entry.instance_type, {}))
+        state.earmark(job.share_id, entry.instance_type, entry.instance_count)
+        self.waiting[job.id] = (fit.entry_index, victim_ids)
+        self.nomination_holds.add(job.id)
+        self.decisions.nominations.append(
+            Nominate(
+                job_id=job.id,
+                share_id=job.share_id,
+                entry_index=fit.entry_index,
+                instance_type=entry.instance_type,
+                instance_count=entry.instance_count,
+                training_plan=entry.training_plan,
+                victim_ids=tuple(victim_ids),
+                message=messages.nomination_message(job, fit, victim_ids),
+            )
+        )
+
+    def lapse_nominations(self, job_ids) -> None:
+        """A nomination neither kept, renewed nor ended by an admission lapses (the write side clears it)."""
+        self.decisions.lapsed_nominations.extend(sorted(job_ids))
 
     def place_in_order(self, queues: dict[int, list[Job]], *, allow_preemption: bool) -> dict[int, list[Job]]:
         """Take the best head across shares until none is left; returns each share's jobs left unplaced."""
@@ -110,15 +203,28 @@ class PassRun:
         return {share_id: [job for job in jobs if job.id not in placed] for share_id, jobs in left.items()}
 
     def try_place(self, job: Job, heads: HeadOrder, *, allow_preemption: bool) -> bool:
-        """Preference evaluation: the first entry that fits without preemption, else with preemption."""
+        """Preference evaluation: the first entry that fits without preemption, else with preemption.
+
+        A nominated job waits (its share's next job is tried, or under STRICT_FIFO its share is held).
+        """
+        if job.id in self.waiting:
+            return False
         fit = first_fit_without_preemption(self.state, job)
-        if fit is None and allow_preemption:
+        preempting = fit is None and allow_preemption
+        if preempting:
             fit = first_fit_with_preemption(self.state, job)
         if fit is None:
             return False
+        graceful = False
         for victim in fit.victims:
-            preempt(self.state, self.decisions, victim, kind=preemption_kind(victim, job), preemptor=job)
+            preemption = preempt(
+                self.state, self.decisions, victim, kind=preemption_kind(victim, job), preemptor=job
+            )
+            graceful |= preemption.graceful
             heads.refresh(victim.share_id)
+        if preempting and must_wait_for_stopping_jobs(self.state, job, fit, graceful):
+            self.nominate(job, fit)
+            return False
         self.admit(job, fit)
         return True
 
@@ -130,6 +236,8 @@ class PassRun:
                 self.state.holding(job.share_id, entry.instance_type), entry.instance_count
             )
         self.state.place(job, entry.instance_type, entry.instance_count, entry.training_plan)
+        if job.nomination is not None:  # the admission ends it: the write side clears it
+            self.nomination_holds.add(job.id)
         self.decisions.admissions.append(
             Admission(
                 job_id=job.id,
@@ -151,7 +259,7 @@ class PassRun:
         """
         state = self.state
         why_entries_do_not_fit = PendingReasons(state).why_entries_do_not_fit
-        victims = {p.job_id: p for p in self.decisions.preemptions if not p.fails}
+        victims = {p.job_id: p for p in self.decisions.preemptions if not p.fails and not p.graceful}
         held_behind = self.held_behind
         pending = self.decisions.pending
         joining = share_queues([job for job in state.jobs if job.id in victims] + unordered)
@@ -163,6 +271,8 @@ class PassRun:
             for position, job in enumerate(share_queue, start=1):
                 if job.id in victims:
                     reason = preempted_reason(state, victims[job.id])
+                elif job.id in self.waiting:
+                    reason = nominated_reason(state, job, *self.waiting[job.id])
                 elif not state.snapshot.queue_enabled:
                     reason = queue_disabled_reason()
                 elif not share.enabled:
@@ -172,6 +282,15 @@ class PassRun:
                 else:
                     reason = why_entries_do_not_fit(job)
                 pending.append(Pending(job.id, share_id, reason, position))
+
+
+def must_wait_for_stopping_jobs(state: WorkingState, job: Job, fit: Fit, graceful: bool) -> bool:
+    """Nominate rather than place: a victim is STOPPING, or the entry's room is still held by STOPPING jobs."""
+    if graceful:
+        return True
+    if not state.ledgers[fit.entry.instance_type].settling:
+        return False
+    return not on_demand_entry_fits(state, job.share_id, fit.entry)
 
 
 def pass_stats(decisions: Decisions, considered: set[int]) -> PassStats:

@@ -28,9 +28,12 @@ class JobStatus(enum.StrEnum):
     SCHEDULED = "SCHEDULED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
 
 
 PLACED_STATUSES = frozenset({JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING})
+# A STOPPING job still holds its placement: it counts wherever a placed job does, but is never a victim.
+HOLDING_STATUSES = PLACED_STATUSES | {JobStatus.STOPPING}
 
 
 class PreemptionKind(enum.StrEnum):
@@ -91,11 +94,21 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class Nomination:
+    """An earlier pass preempted for this RUNNABLE job: entry `entry_index` waits for `victim_ids` to stop."""
+
+    entry_index: int
+    victim_ids: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
-    """A job of the queue that is RUNNABLE (placement None) or placed (SCHEDULED, STARTING, RUNNING).
+    """A job of the queue that is RUNNABLE (placement None), placed (SCHEDULED, STARTING, RUNNING) or STOPPING.
 
     `submitted_at` orders the queue and survives preemption; `runnable_since` is when the job last became
-    RUNNABLE and is what `max_pending_seconds` is measured from.
+    RUNNABLE and is what `max_pending_seconds` is measured from. `taken`: the executor has taken the job, so a
+    stop is graceful (STOPPING until `stop_deadline`). `nomination`: set on a RUNNABLE job an earlier pass
+    preempted for, while its victims stop.
     """
 
     id: int
@@ -109,6 +122,9 @@ class Job:
     max_pending_seconds: int | None = None
     preemption_count: int = 0
     preemption_retries_before_termination: int | None = None
+    taken: bool = False
+    stop_deadline: datetime | None = None
+    nomination: Nomination | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +163,8 @@ class Preemption:
     """Stop placed job `job_id` and return it to RUNNABLE (or FAILED when `fails`).
 
     `preemptor_job_id`/`preemptor_share_id` are None for LIMIT_REDUCED preemptions, which no job caused.
+    `graceful`: the victim was taken by its executor, so it goes to STOPPING and keeps its capacity until it
+    has stopped; otherwise it stops at once.
     """
 
     job_id: int
@@ -158,17 +176,39 @@ class Preemption:
     preemptor_share_id: int | None
     fails: bool
     message: str
+    graceful: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Drain:
-    """Stop a job whose training plan ends within the drain window; back to RUNNABLE, not a preemption."""
+    """Stop a job whose training plan ends within the drain window; back to RUNNABLE, not a preemption.
+
+    `graceful` as for a preemption: a taken job goes to STOPPING first.
+    """
 
     job_id: int
     share_id: int
     training_plan: str
     instance_type: str
     instances: int
+    message: str
+    graceful: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Nominate:
+    """Earmark entry `entry_index` for RUNNABLE `job_id` until the STOPPING jobs `victim_ids` are gone.
+
+    The job is not placed in this pass: the first pass in which they are gone places it before any other head.
+    """
+
+    job_id: int
+    share_id: int
+    entry_index: int
+    instance_type: str
+    instance_count: int
+    training_plan: str | None
+    victim_ids: tuple[int, ...]
     message: str
 
 
@@ -213,3 +253,6 @@ class Decisions:
     timeouts: list[Timeout] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
     stats: PassStats = field(default_factory=PassStats)
+    nominations: list[Nominate] = field(default_factory=list)
+    # Jobs whose nomination (from the snapshot) ends in this pass without an admission or a new nomination.
+    lapsed_nominations: list[int] = field(default_factory=list)

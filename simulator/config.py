@@ -86,6 +86,9 @@ class Configuration:
     gpus: Mapping[str, int] = field(default_factory=dict)
     share_ids: Mapping[str, int] = field(default_factory=dict)
     description: str = ""
+    # Seconds a preempted, drained or cancelled running job stays STOPPING, holding its capacity (the
+    # environment's stop_grace_seconds, as the executor uses it); 0: jobs stop at once, as before graceful stops.
+    stop_seconds: int = 0
 
     def gpus_of(self, instance_type: str) -> int:
         """GPUs per instance: the configuration's table, then the known types; an unknown type counts 1."""
@@ -166,6 +169,8 @@ def validate(config: Configuration) -> Configuration:
             problems.append(f"{where}: no share named {', '.join(unknown)}")
     if len({plan.name for plan in config.plans}) != len(config.plans):
         problems.append("two training plans have the same name")
+    if config.stop_seconds < 0:
+        problems.append("stop_seconds cannot be negative")
     if problems:
         raise ConfigurationError(f"configuration {config.name}: " + "; ".join(problems))
     return config
@@ -270,6 +275,7 @@ def configuration_from_mapping(
         "plans",
         "ordering",
         "plan_drain_seconds",
+        "stop_seconds",
         "instance_types",
         "strategy",
         "borrow_limit",
@@ -316,6 +322,7 @@ def configuration_from_mapping(
             plans=tuple(plans),
             ordering=Ordering(data.get("ordering", config.ordering)),
             plan_drain_seconds=int(data.get("plan_drain_seconds", config.plan_drain_seconds)),
+            stop_seconds=int(data.get("stop_seconds", config.stop_seconds)),
             gpus=gpus,
         )
     except (KeyError, TypeError, ValueError) as error:
@@ -402,6 +409,7 @@ def configuration_summary(config: Configuration) -> dict[str, Any]:
         "capacity_gpus": config.capacity_gpus(),
         "ordering": str(config.ordering),
         "plan_drain_seconds": config.plan_drain_seconds,
+        "stop_seconds": config.stop_seconds,
         "shares": [
             {
                 "name": s.name,

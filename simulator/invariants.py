@@ -1,8 +1,9 @@
 """`replay --check`: SPEC section 2 verified after every pass, from the replay's own counts, not the engine's.
 
 The rules are `engine.invariants` (limits never change during a replay, so every usage above them came from a
-placement, and a plan holds jobs only while ACTIVE and outside its drain window, which a pass drains). The
-first breach raises `InvariantViolation` naming the pass, the time, the rule and the numbers.
+placement, and a plan holds jobs only while ACTIVE and outside its drain window, which a pass drains). STOPPING
+jobs count wherever they hold, but a job drained from a plan may stop inside its drain window. The first breach
+raises `InvariantViolation` naming the pass, the time, the rule and the numbers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from engine.invariants import (
     IN_USE,
     IN_USE_OR_RESERVED,
     PLAN_COUNT,
+    PLAN_WINDOW,
     SHARE_CEILING,
     Breach,
     plan_breaches,
@@ -46,6 +48,7 @@ class PassChecker:
         self.drain_seconds = drain_seconds
         self.usage: dict[tuple[int, str], int] = {}
         self.plan_usage: dict[str, int] = {}
+        self.plan_stopping: dict[str, int] = {}
 
     def hold(self, share_id: int, instance_type: str, plan: str | None, count: int) -> None:
         if plan is None:
@@ -56,12 +59,34 @@ class PassChecker:
     def release(self, share_id: int, instance_type: str, plan: str | None, count: int) -> None:
         self.hold(share_id, instance_type, plan, -count)
 
+    def stopping(self, plan: str | None, count: int) -> None:
+        """`count` instances of a plan start (> 0) or end (< 0) STOPPING: still held, but on their way out."""
+        if plan is not None:
+            self.plan_stopping[plan] = self.plan_stopping.get(plan, 0) + count
+
     def check(self, *, index: int, now: float, moment: datetime) -> None:
-        breaches = share_breaches(self.capacity, self.shares, self.usage) + plan_breaches(
-            ((plan, self.plan_usage.get(plan.name, 0)) for plan in self.plans),
-            now=moment,
-            drain_seconds=self.drain_seconds,
-        )
+        breaches = share_breaches(self.capacity, self.shares, self.usage)
+        breaches += [
+            breach
+            for breach in plan_breaches(
+                ((plan, self.plan_usage.get(plan.name, 0)) for plan in self.plans),
+                now=moment,
+                drain_seconds=self.drain_seconds,
+            )
+            if breach.rule != PLAN_WINDOW
+        ]
+        breaches += [
+            breach
+            for breach in plan_breaches(
+                (
+                    (plan, self.plan_usage.get(plan.name, 0) - self.plan_stopping.get(plan.name, 0))
+                    for plan in self.plans
+                ),
+                now=moment,
+                drain_seconds=self.drain_seconds,
+            )
+            if breach.rule == PLAN_WINDOW
+        ]
         if breaches:
             raise InvariantViolation(
                 f"--check: after pass {index} at {iso(now)} UTC, configuration {self.name}: "

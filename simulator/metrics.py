@@ -134,6 +134,7 @@ def summarize(result: Result, *, buckets: int = 240) -> dict[str, Any]:
                 "preempted_gpu_hours_lost": sum(o.lost_gpu_seconds for o in outcomes) / HOUR,
                 "plan_drains": drains.get(share.name, 0),
                 "drained_gpu_hours_lost": sum(o.drained_gpu_seconds for o in outcomes) / HOUR,
+                "stopping_gpu_hours": sum(o.stopping_gpu_seconds for o in outcomes) / HOUR,
             }
         )
     everyone = list(result.outcomes.values())
@@ -161,6 +162,7 @@ def summarize(result: Result, *, buckets: int = 240) -> dict[str, Any]:
         "preempted_gpu_hours_lost": sum(o.lost_gpu_seconds for o in everyone) / HOUR,
         "plan_drains": sum(drains.values()),
         "drained_gpu_hours_lost": sum(o.drained_gpu_seconds for o in everyone) / HOUR,
+        "stopping_gpu_hours": sum(o.stopping_gpu_seconds for o in everyone) / HOUR,
         "jobs_of_unknown_shares": dict(result.unknown_shares),
     }
     times, used, borrowed = bucket_series(meter.series, start=result.start, end=result.end, buckets=buckets)

@@ -68,6 +68,11 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    less that part: every fit and victim search sees the same room. (Invariant A cannot break by it: the
    other shares' usage plus the folded share's part is at most invariant B's sum, within capacity.)
 
+6. **Graceful stops are not covered.** With a stop delay, while any job is STOPPING or nominated the pass
+   runs on the whole queue (the proofs above read capacity as freed by a stop in the same pass, and know
+   nothing of earmarks), and so does any pass that preempts (its victims may stop gracefully); skipped passes
+   (point 4) need an event then too.
+
 What a pass starts from is kept as jobs come and go, not recomputed per pass: the usage of each holding,
 invariant B's sum per type, which shares are over a limit (`PlacedJobs`), and which groups are held at their
 share's ceiling (recomputed for a share only when its usage or its groups change), how many jobs of a group
@@ -80,7 +85,7 @@ from __future__ import annotations
 import enum
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -1005,8 +1010,12 @@ class ShortcutDecider:
         groups: RunnableGroups,
         timeout_watch: set[int],
         verify: bool,
+        settling: Set[int] = frozenset(),
+        graceful_stops: bool = False,
     ):
         self.whole = whole
+        self.settling = settling
+        self.graceful_stops = graceful_stops
         self.reducer = reducer
         self.unfinished = unfinished
         self.placed = placed
@@ -1016,7 +1025,7 @@ class ShortcutDecider:
         self.stats = whole.stats
 
     def decide(self, index: int, now: float) -> Decisions:
-        decisions = self.decide_reduced(now)
+        decisions = None if self.settling else self.decide_reduced(now)
         if decisions is None:
             return self.whole.decide(index, now)
         if self.verify:
@@ -1051,6 +1060,8 @@ class ShortcutDecider:
                 break
             given_per_group.update(give_more)
         else:
+            return None
+        if self.graceful_stops:  # point 6: a pass that preempts, with victims that may stop gracefully
             return None
         leave_out_stuck, split, borrowing, cut_groups = True, True, frozenset(), True
         while True:

@@ -11,6 +11,11 @@ them: drains first, then preemptions, timeouts and admissions. An admitted job i
 drained job goes back to RUNNABLE keeping its submission time, and its work is thrown away: it restarts from
 zero when placed again.
 
+With a stop delay (`Configuration.stop_seconds` > 0, the environment's stop_grace_seconds) every placed job is
+taken by the executor, so a preempted, drained or cancelled job is STOPPING for that long, holding its
+capacity, before it is RUNNABLE (or FAILED, CANCELLED); the engine nominates its preemptor, and the
+nomination is carried on the RUNNABLE job between passes. With 0 (the default) jobs stop at once, as before.
+
 A pass is skipped only when it provably decides nothing: the previous pass decided nothing and no event has
 happened since. The engine reads `now` only for plan windows and pending timeouts, and both are events here,
 so such a pass would see the same snapshot and make the same (empty) decisions. `shortcuts` extends this to
@@ -36,6 +41,7 @@ from engine import (
     Entry,
     Job,
     JobStatus,
+    Nomination,
     Ordering,
     Placement,
     Share,
@@ -85,6 +91,7 @@ class Kind:
     PREEMPTED_LIMIT_REDUCED = "PREEMPTED_LIMIT_REDUCED"
     PLAN_EXPIRING = "PLAN_EXPIRING"
     PENDING_TIMEOUT = "PENDING_TIMEOUT"
+    NOMINATED = "NOMINATED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +115,7 @@ class Record:
 class Status:
     RUNNABLE = "RUNNABLE"
     RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
@@ -128,6 +136,9 @@ class JobOutcome:
     drains: int = 0
     lost_gpu_seconds: float = 0.0  # work thrown away by preemptions
     drained_gpu_seconds: float = 0.0  # work thrown away by plan drains
+    stopping_gpu_seconds: float = 0.0  # capacity held while STOPPING (the cost of graceful stops)
+    # once STOPPING ends: the status and reason it takes (RUNNABLE: back to the queue)
+    after_stopping: tuple[str, str] | None = None
     # the current attempt: (instance type, count, plan, placed at), and its number for stale completions
     placement: tuple[str, int, str | None, float] | None = None
     attempt: int = 0
@@ -300,6 +311,10 @@ class Simulation:
         )
         self.next_cancel = 0
         self.completions: list[tuple[float, int, int]] = []  # (time, job id, attempt)
+        self.stop_seconds = self.config.stop_seconds
+        self.stop_ends: list[tuple[float, int]] = []  # (time, job id) of STOPPING jobs
+        # Jobs STOPPING or nominated: while there are any, the shortcuts' proofs do not hold (see `_arrive`).
+        self.settling: set[int] = set()
         self.wakes: list[tuple[float, bool]] = []  # (time, only a pass strictly after sees it)
         for plan in configuration.plans:
             for boundary in (plan.start, plan.end - configuration.plan_drain_seconds, plan.end):
@@ -328,6 +343,8 @@ class Simulation:
                 groups=self.groups,
                 timeout_watch=self.timeout_watch,
                 verify=verify_shortcuts,
+                settling=self.settling,
+                graceful_stops=self.stop_seconds > 0,
             )
             if shortcuts
             else whole
@@ -441,6 +458,8 @@ class Simulation:
             candidates.append((self.completions[0][0], False))
         if self.next_cancel < len(self.cancels):
             candidates.append((self.cancels[self.next_cancel][0], False))
+        if self.stop_ends:
+            candidates.append((self.stop_ends[0][0], False))
         if self.wakes:
             candidates.append(self.wakes[0])
         return min(candidates) if candidates else None
@@ -469,6 +488,8 @@ class Simulation:
                 candidates.append((self.completions[0][0], 0))
             if self.next_cancel < len(self.cancels) and self.cancels[self.next_cancel][0] <= now:
                 candidates.append((self.cancels[self.next_cancel][0], 1))
+            if self.stop_ends and self.stop_ends[0][0] <= now:
+                candidates.append((self.stop_ends[0][0], 3))
             if (
                 arrivals
                 and self.next_arrival < len(self.arrivals)
@@ -485,6 +506,9 @@ class Simulation:
                 _, job_id = self.cancels[self.next_cancel]
                 self.next_cancel += 1
                 self._cancel(self.outcomes[job_id], moment)
+            elif which == 3:
+                _, job_id = heapq.heappop(self.stop_ends)
+                self._end_stopping(self.outcomes[job_id], moment)
             else:
                 self._arrive(self.arrivals[self.next_arrival])
                 self.next_arrival += 1
@@ -508,7 +532,9 @@ class Simulation:
         outcome.runnable_since = job.submitted_at
         engine_job = self._runnable_job(outcome)
         self._enqueue(engine_job)
-        if saturation_key(engine_job) not in self.saturated:
+        # Shortcut 4 (a group that failed fails again) does not cover earmarks: with jobs STOPPING or
+        # nominated, a newcomer may be nominated where its group was not.
+        if self.settling or saturation_key(engine_job) not in self.saturated:
             self.needs_pass = True
 
     def _submission_problem(self, job: SimJob) -> str | None:
@@ -535,9 +561,16 @@ class Simulation:
                 "cancelled before submission",
                 at,
             )
+        elif outcome.status == Status.STOPPING:
+            outcome.after_stopping = (Status.CANCELLED, "cancelled")
+        elif outcome.status == Status.RUNNING and self.stop_seconds > 0:
+            self._begin_stopping(outcome, at, (Status.CANCELLED, "cancelled"))
         elif outcome.status in (Status.RUNNABLE, Status.RUNNING):
-            if outcome.status == Status.RUNNABLE and self.groups.strict_fifo:
-                self.needs_pass = True  # it may have held its share's queue
+            if outcome.status == Status.RUNNABLE and (
+                self.groups.strict_fifo or outcome.job.id in self.settling
+            ):
+                self.needs_pass = True  # it may have held its share's queue, or an earmark
+            self.settling.discard(outcome.job.id)
             self._stop(outcome, at, Status.CANCELLED, "cancelled")
 
     def _runnable_job(self, outcome: JobOutcome) -> Job:
@@ -617,7 +650,7 @@ class Simulation:
         if outcome.placement is not None:
             instance_type, _, plan, _ = outcome.placement
             self._release(outcome, at)
-            if not self.needs_pass and self._release_matters(instance_type, plan):
+            if not self.needs_pass and (self.settling or self._release_matters(instance_type, plan)):
                 self.needs_pass = True
         elif job is not None:
             self._dequeue(job)
@@ -629,11 +662,42 @@ class Simulation:
         outcome.runnable_since = now
         self._enqueue(self._runnable_job(outcome))
 
+    def _begin_stopping(self, outcome: JobOutcome, now: float, then: tuple[str, str]) -> None:
+        """The executor stops the job gracefully: STOPPING for `stop_seconds`, holding its capacity."""
+        job = self.unfinished[outcome.job.id]
+        self.unfinished[job.id] = replace(
+            job, status=JobStatus.STOPPING, stop_deadline=to_datetime(now + self.stop_seconds)
+        )
+        outcome.status = Status.STOPPING
+        outcome.after_stopping = then
+        instance_type, count, plan, _ = outcome.placement
+        outcome.stopping_gpu_seconds += self.stop_seconds * count * self.config.gpus_of(instance_type)
+        if self.checker is not None:
+            self.checker.stopping(plan, count)
+        self.settling.add(job.id)
+        heapq.heappush(self.stop_ends, (now + self.stop_seconds, job.id))
+
+    def _end_stopping(self, outcome: JobOutcome, at: float) -> None:
+        """The job has stopped: its capacity is free, and it is RUNNABLE again (or FAILED, CANCELLED)."""
+        _, count, plan, _ = outcome.placement
+        if self.checker is not None:
+            self.checker.stopping(plan, -count)
+        self._release(outcome, at)
+        self.settling.discard(outcome.job.id)
+        self.needs_pass = True
+        status, reason = outcome.after_stopping
+        outcome.after_stopping = None
+        if status == Status.RUNNABLE:
+            self._back_to_queue(outcome, at)
+        else:
+            outcome.status, outcome.reason, outcome.finished_at = status, reason, at
+            del self.unfinished[outcome.job.id]
+
     # --- a pass ------------------------------------------------------------------------------------------
 
     def _verify_nothing_to_decide(self, index: int, now: float) -> None:
         decisions = self.schedule(self.snapshots.whole(now))
-        if decisions.admissions or decisions.preemptions or decisions.drains or decisions.timeouts:
+        if decided_anything(decisions):
             raise AssertionError(
                 f"shortcut skipped pass {index} at {now}, which decides "
                 f"{len(decisions.admissions)} admissions, {len(decisions.preemptions)} preemptions"
@@ -645,7 +709,7 @@ class Simulation:
         for drain in decisions.drains:
             outcome = self._placed_outcome(drain.job_id, "drain", index)
             instance_type, count, plan, _ = outcome.placement
-            outcome.drained_gpu_seconds += self._release(outcome, now)
+            outcome.drained_gpu_seconds += self._work_lost(outcome, now, drain.graceful)
             outcome.drains += 1
             records.append(
                 Record(
@@ -659,11 +723,14 @@ class Simulation:
                     plan,
                 )
             )
-            self._back_to_queue(outcome, now)
+            if drain.graceful:
+                self._begin_stopping(outcome, now, (Status.RUNNABLE, ""))
+            else:
+                self._back_to_queue(outcome, now)
         for preemption in decisions.preemptions:
             outcome = self._placed_outcome(preemption.job_id, "preemption", index)
             instance_type, count, plan, _ = outcome.placement
-            outcome.lost_gpu_seconds += self._release(outcome, now)
+            outcome.lost_gpu_seconds += self._work_lost(outcome, now, preemption.graceful)
             outcome.preemptions += 1
             records.append(
                 Record(
@@ -679,7 +746,14 @@ class Simulation:
                     fails=preemption.fails,
                 )
             )
-            if preemption.fails:
+            if preemption.graceful:
+                then = (
+                    (Status.FAILED, "PREEMPTION_RETRIES_EXHAUSTED")
+                    if preemption.fails
+                    else (Status.RUNNABLE, "")
+                )
+                self._begin_stopping(outcome, now, then)
+            elif preemption.fails:
                 outcome.status, outcome.reason, outcome.finished_at = (
                     Status.FAILED,
                     "PREEMPTION_RETRIES_EXHAUSTED",
@@ -695,12 +769,54 @@ class Simulation:
                     f"pass {index}: timeout of job {timeout.job_id}, which is not RUNNABLE"
                 )
             records.append(Record(index, now, Kind.PENDING_TIMEOUT, timeout.job_id, outcome.job.share))
+            self.settling.discard(timeout.job_id)
             self._stop(outcome, now, Status.FAILED, "PENDING_TIMEOUT")
         for admission in decisions.admissions:
             self._admit(admission, index, now)
+        for job_id in decisions.lapsed_nominations:
+            job = self.unfinished.get(job_id)
+            if job is not None and job.status == JobStatus.RUNNABLE:
+                self.unfinished[job_id] = replace(job, nomination=None)
+                self.settling.discard(job_id)
+        for nomination in decisions.nominations:
+            self._nominate(nomination, index, now)
         if self.checker is not None:
             self.checker.check(index=index, now=now, moment=to_datetime(now))
-        return bool(decisions.admissions or decisions.preemptions or decisions.drains or decisions.timeouts)
+        return decided_anything(decisions)
+
+    def _work_lost(self, outcome: JobOutcome, now: float, graceful: bool) -> float:
+        """GPU-seconds the stopped attempt ran, thrown away; a graceful stop frees its capacity later."""
+        if graceful:
+            _, count, _, placed_at = outcome.placement
+            return (
+                max(0.0, now - placed_at - self.startup) * count * self.config.gpus_of(outcome.placement[0])
+            )
+        return self._release(outcome, now)
+
+    def _nominate(self, nomination, index: int, now: float) -> None:
+        outcome = self.outcomes.get(nomination.job_id)
+        if outcome is None or outcome.status != Status.RUNNABLE:
+            raise InvariantViolation(
+                f"pass {index}: nomination of job {nomination.job_id}, which is not RUNNABLE"
+            )
+        job = self.unfinished[nomination.job_id]
+        self.unfinished[job.id] = replace(
+            job, nomination=Nomination(nomination.entry_index, frozenset(nomination.victim_ids))
+        )
+        self.settling.add(job.id)
+        self.records.append(
+            Record(
+                index,
+                now,
+                Kind.NOMINATED,
+                job.id,
+                outcome.job.share,
+                nomination.instance_type,
+                nomination.instance_count,
+                None,
+                nomination.entry_index,
+            )
+        )
 
     def _admit(self, admission, index: int, now: float) -> None:
         outcome = self.outcomes.get(admission.job_id)
@@ -716,7 +832,8 @@ class Simulation:
                 f"x{admission.instance_count}, "
                 f"which is not its entry {admission.entry_index}"
             )
-        waiting = self.unfinished[job.id]
+        waiting = replace(self.unfinished[job.id], nomination=None)
+        self.settling.discard(job.id)
         self._dequeue(waiting)
         outcome.placement = (admission.instance_type, admission.instance_count, admission.training_plan, now)
         outcome.status = Status.RUNNING
@@ -729,6 +846,8 @@ class Simulation:
             placement=Placement(
                 admission.instance_type, admission.instance_count, admission.training_plan, to_datetime(now)
             ),
+            # The simulated executor takes a job at once; a stop is graceful only with a stop delay.
+            taken=self.stop_seconds > 0,
         )
         self.placed.add(placed)
         self.meter.change(
@@ -767,6 +886,8 @@ class Simulation:
         """
         if decisions.preemptions or (decisions.timeouts and self.groups.strict_fifo):
             return False
+        if self.settling or decisions.nominations or decisions.lapsed_nominations:
+            return False  # the proof does not cover earmarks
         borrowed_types = set()
         for admission in decisions.admissions:
             if admission.training_plan is not None:
@@ -800,6 +921,18 @@ class Simulation:
         if outcome is None or outcome.placement is None:
             raise InvariantViolation(f"pass {index}: {what} of job {job_id}, which holds no capacity")
         return outcome
+
+
+def decided_anything(decisions: Decisions) -> bool:
+    """A pass that changes the queue: placements, stops, timeouts, nominations or lapsed ones."""
+    return bool(
+        decisions.admissions
+        or decisions.preemptions
+        or decisions.drains
+        or decisions.timeouts
+        or decisions.nominations
+        or decisions.lapsed_nominations
+    )
 
 
 def simulate(

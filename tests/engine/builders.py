@@ -10,6 +10,7 @@ from engine import (
     Entry,
     Job,
     JobStatus,
+    Nomination,
     Placement,
     Plan,
     Share,
@@ -114,16 +115,42 @@ def reason_of(decisions: Decisions, job_id: int) -> str:
 # --- the next state --------------------------------------------------------------------------------------
 
 
-def apply_decisions(before: Snapshot, decisions: Decisions) -> Snapshot:
-    """The snapshot the next pass would read once the decisions are written (finished jobs leave it)."""
+def apply_decisions(before: Snapshot, decisions: Decisions, *, stop_grace_seconds: int = 120) -> Snapshot:
+    """The snapshot the next pass would read once the decisions are written (finished jobs leave it).
+
+    A graceful victim or drain is STOPPING (its deadline `stop_grace_seconds` on) and keeps its placement;
+    `finish_stopping` ends it. Nominations are set, and cleared by a lapse or an admission.
+    """
     admissions = {a.job_id: a for a in decisions.admissions}
-    stopped = {p.job_id: p for p in decisions.preemptions}
-    drained = {d.job_id for d in decisions.drains}
-    gone = {t.job_id for t in decisions.timeouts} | {p.job_id for p in decisions.preemptions if p.fails}
+    stopped = {p.job_id: p for p in decisions.preemptions if not p.graceful}
+    drained = {d.job_id for d in decisions.drains if not d.graceful}
+    stopping = {p.job_id for p in decisions.preemptions if p.graceful} | {
+        d.job_id for d in decisions.drains if d.graceful
+    }
+    counted = {p.job_id for p in decisions.preemptions if p.graceful}
+    nominated = {n.job_id: n for n in decisions.nominations}
+    lapsed = set(decisions.lapsed_nominations)
+    gone = {t.job_id for t in decisions.timeouts} | {
+        p.job_id for p in decisions.preemptions if p.fails and not p.graceful
+    }
     jobs: list[Job] = []
     for job in before.jobs:
         if job.id in gone:
             continue
+        if job.id in stopping:
+            job = replace(
+                job,
+                status=JobStatus.STOPPING,
+                stop_deadline=before.now + timedelta(seconds=stop_grace_seconds),
+                preemption_count=job.preemption_count + (job.id in counted),
+            )
+        if job.id in lapsed:
+            job = replace(job, nomination=None)
+        if job.id in nominated:
+            nomination = nominated[job.id]
+            job = replace(
+                job, nomination=Nomination(nomination.entry_index, frozenset(nomination.victim_ids))
+            )
         if job.id in stopped:
             job = replace(
                 job,
@@ -142,6 +169,28 @@ def apply_decisions(before: Snapshot, decisions: Decisions) -> Snapshot:
                 placement=Placement(
                     admission.instance_type, admission.instance_count, admission.training_plan, before.now
                 ),
+                nomination=None,
+                taken=False,
             )
         jobs.append(job)
     return replace(before, jobs=tuple(jobs))
+
+
+def finish_stopping(snap: Snapshot, job_ids: set[int] | None = None) -> Snapshot:
+    """STOPPING jobs (all, or `job_ids`) have stopped: back to RUNNABLE, or gone when out of retries."""
+    jobs: list[Job] = []
+    for job in snap.jobs:
+        if job.status == JobStatus.STOPPING and (job_ids is None or job.id in job_ids):
+            retries = job.preemption_retries_before_termination
+            if retries is not None and job.preemption_count > retries:
+                continue
+            job = replace(
+                job,
+                status=JobStatus.RUNNABLE,
+                placement=None,
+                stop_deadline=None,
+                taken=False,
+                runnable_since=snap.now,
+            )
+        jobs.append(job)
+    return replace(snap, jobs=tuple(jobs))

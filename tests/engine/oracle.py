@@ -1,4 +1,7 @@
-"""SPEC section 2 computed from scratch, with no engine code: what the tests hold the engine's results to."""
+"""SPEC section 2 computed from scratch, with no engine code: what the tests hold the engine's results to.
+
+STOPPING jobs hold their instances: they count in every sum, as placed jobs do.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,13 @@ from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
-from engine import PLACED_STATUSES, UNLIMITED, Entry, Job, Share, Snapshot, Strategy
+from engine import HOLDING_STATUSES, UNLIMITED, Entry, Job, Share, Snapshot, Strategy
 
 
 def on_demand_usage(snap: Snapshot) -> Counter[tuple[int, str]]:
     usage: Counter[tuple[int, str]] = Counter()
     for job in snap.jobs:
-        if job.status in PLACED_STATUSES and job.placement.training_plan is None:
+        if job.status in HOLDING_STATUSES and job.placement.training_plan is None:
             usage[job.share_id, job.placement.instance_type] += job.placement.instance_count
     return usage
 
@@ -20,7 +23,7 @@ def on_demand_usage(snap: Snapshot) -> Counter[tuple[int, str]]:
 def plan_usage(snap: Snapshot) -> Counter[str]:
     usage: Counter[str] = Counter()
     for job in snap.jobs:
-        if job.status in PLACED_STATUSES and job.placement.training_plan is not None:
+        if job.status in HOLDING_STATUSES and job.placement.training_plan is not None:
             usage[job.placement.training_plan] += job.placement.instance_count
     return usage
 

@@ -6,6 +6,12 @@ with jobs finishing, time passing and administrators lowering capacities, limits
 every pass the decisions are applied and checked against `oracle`, which computes the rules from scratch, and
 every victim set and LIMIT_REDUCED stop against `reference`, a plain reading of SPEC 3.4 and of SPEC 2's last
 rule. Runs are derandomized: the same examples on every run, so a failure is reproducible.
+
+With graceful stops (`graceful=True`) placed jobs are taken by their executor at random, so victims go
+STOPPING and preemptors are nominated; STOPPING jobs finish at random between passes. Those passes are held
+to `check_graceful_pass`: SPEC 2 counting STOPPING capacity wherever the pass placed, every invariant once
+the STOPPING jobs are gone and every nominated job holds its entry (the earmarks are sound), no
+over-preemption (a job whose nomination stands never preempts), and the same decisions on a second run.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from engine import (
 from engine.order import queue_key
 
 from . import reference
-from .builders import NOW, apply_decisions
+from .builders import NOW, apply_decisions, finish_stopping
 from .oracle import (
     fits_without_preemption,
     invariant_violations,
@@ -183,20 +189,53 @@ def between_passes(rng: random.Random, snap: Snapshot, first_id: int) -> Snapsho
     return replace(snap, jobs=snap.jobs + tuple(new_jobs(rng, snap, first_id)))
 
 
-def run_passes(queue: Snapshot, rng: random.Random, first_jobs: list[Job]) -> Counter[str]:
+def run_passes(
+    queue: Snapshot,
+    rng: random.Random,
+    first_jobs: list[Job],
+    *,
+    graceful: bool = False,
+    passes: int = PASSES,
+) -> Counter[str]:
     """Passes one after another, each checked; returns how often the rarer paths were taken."""
     snap = replace(queue, jobs=tuple(first_jobs))
     next_id = 1000
     seen: Counter[str] = Counter()
-    for _ in range(PASSES):
+    for _ in range(passes):
+        if graceful:
+            snap = executors_at_work(rng, snap)
         decisions = schedule(snap)
         after = apply_decisions(snap, decisions)
-        check_pass(snap, decisions, after)
+        if graceful:
+            check_graceful_pass(snap, decisions, after)
+        else:
+            check_pass(snap, decisions, after)
         seen.update(p.kind.value for p in decisions.preemptions)
         seen.update(drains=len(decisions.drains))
+        seen.update(
+            graceful=sum(p.graceful for p in decisions.preemptions),
+            nominations=len(decisions.nominations),
+            lapses=len(decisions.lapsed_nominations),
+            kept=sum(job.nomination is not None for job in after.jobs),
+        )
         snap = between_passes(rng, after, next_id)
         next_id += 100
     return seen
+
+
+def executors_at_work(rng: random.Random, snap: Snapshot) -> Snapshot:
+    """Executors take most placed jobs; some STOPPING jobs stop; now and then a share is disabled."""
+    stopping = sorted(job.id for job in snap.jobs if job.status == JobStatus.STOPPING)
+    snap = finish_stopping(snap, set(rng.sample(stopping, rng.randint(0, len(stopping)))))
+    jobs = tuple(
+        replace(job, taken=rng.random() < 0.7) if job.status in PLACED_STATUSES and not job.taken else job
+        for job in snap.jobs
+    )
+    shares = snap.shares
+    if rng.random() < 0.05:
+        disabled = rng.choice(shares)
+        shares = tuple(replace(share, enabled=share is not disabled) for share in shares)
+    return replace(snap, jobs=jobs, shares=shares)
 
 
 # The queue is drawn so that Hypothesis can shrink it; the job stream comes from a seeded Random, which keeps
@@ -209,6 +248,29 @@ def test_every_pass_keeps_the_rules(queue: Snapshot, rng: random.Random):
     seen = run_passes(queue, rng, new_jobs(rng, queue, 1, borrowers))
     # Steer the search towards the rarer paths: reclaim, in-share preemption, LIMIT_REDUCED, drains.
     for label in [*(kind.value for kind in PreemptionKind), "drains"]:
+        target(float(seen[label]), label=label)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=queues(), rng=st.randoms(use_true_random=True))
+def test_every_pass_keeps_the_rules_when_victims_stop_gracefully(queue: Snapshot, rng: random.Random):
+    borrowers = tuple(s for s in queue.shares if s.strategy == Strategy.LEND_AND_BORROW)
+    seen = run_passes(queue, rng, new_jobs(rng, queue, 1, borrowers), graceful=True, passes=8)
+    for label in ["graceful", "nominations", "lapses", "kept", PreemptionKind.LIMIT_REDUCED.value, "drains"]:
+        target(float(seen[label]), label=label)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=queues(), rng=st.randoms(use_true_random=True))
+def test_contended_queues_with_graceful_stops_never_over_preempt(queue: Snapshot, rng: random.Random):
+    queue = replace(
+        queue,
+        shares=tuple(replace(share, in_share_preemption=rng.random() < 0.7) for share in queue.shares),
+    )
+    running = [replace(job, taken=rng.random() < 0.7) for job in placed_jobs(rng, queue, rng.randint(10, 40))]
+    waiting = [replace(job, priority=rng.choice([1, 5, 9, 9])) for job in new_jobs(rng, queue, 100)]
+    seen = run_passes(queue, rng, running + waiting, graceful=True, passes=8)
+    for label in ["graceful", "nominations", "lapses", "kept"]:
         target(float(seen[label]), label=label)
 
 
@@ -486,3 +548,148 @@ def check_pending(decisions: Decisions, after: Snapshot) -> None:
     for share_pending in by_share.values():
         in_order = sorted(share_pending, key=lambda p: queue_key(runnable[p.job_id]))
         assert [p.queue_position for p in in_order] == list(range(1, len(in_order) + 1))
+
+
+# --- graceful stops ---------------------------------------------------------------------------------------
+
+
+def settled(snap: Snapshot) -> Snapshot:
+    """The queue once every STOPPING job is gone and every nominated job holds its nominated entry."""
+    jobs = []
+    for job in snap.jobs:
+        if job.status == JobStatus.STOPPING:
+            continue
+        if job.nomination is not None:
+            entry = job.entries[job.nomination.entry_index]
+            placement = Placement(entry.instance_type, entry.instance_count, entry.training_plan, snap.now)
+            job = replace(job, status=JobStatus.SCHEDULED, placement=placement, nomination=None)
+        jobs.append(job)
+    return replace(snap, jobs=tuple(jobs))
+
+
+def without_nomination(snap: Snapshot, job_id: int) -> Snapshot:
+    return replace(snap, jobs=tuple(replace(j, nomination=None) if j.id == job_id else j for j in snap.jobs))
+
+
+def fits_now_and_settled(snap: Snapshot, job: Job, entry: Entry) -> bool:
+    """The engine's "fits without preemption" with graceful stops: now, and once settled (its own earmark
+    left out)."""
+    if not fits_without_preemption(snap, job, entry):
+        return False
+    return entry.training_plan is not None or fits_without_preemption(
+        settled(without_nomination(snap, job.id)), job, entry
+    )
+
+
+def check_graceful_pass(before: Snapshot, decisions: Decisions, after: Snapshot) -> None:
+    assert schedule(before) == decisions, "same snapshot in, same decisions out"
+    check_decisions_are_consistent(before, decisions)
+    check_stops_and_nominations(before, decisions, after)
+    check_invariants_counting_stopping_capacity(decisions, after)
+    check_no_over_preemption(before, decisions)
+    check_graceful_work_conservation(before, decisions, after)
+    check_pending(decisions, after)
+
+
+def check_stops_and_nominations(before: Snapshot, decisions: Decisions, after: Snapshot) -> None:
+    """Taken victims stop gracefully, others at once; STOPPING jobs are left alone; nominees are not placed."""
+    jobs = {job.id: job for job in before.jobs}
+    for preemption in decisions.preemptions:
+        assert preemption.graceful == jobs[preemption.job_id].taken
+    for drain in decisions.drains:
+        assert drain.graceful == jobs[drain.job_id].taken
+    stopping = {job.id for job in before.jobs if job.status == JobStatus.STOPPING}
+    touched = {p.job_id for p in decisions.preemptions} | {d.job_id for d in decisions.drains}
+    assert not stopping & touched, "a STOPPING job was stopped again"
+    assert not stopping & {t.job_id for t in decisions.timeouts}
+    nominated = [n.job_id for n in decisions.nominations]
+    assert len(nominated) == len(set(nominated))
+    assert not set(nominated) & {a.job_id for a in decisions.admissions}
+    assert not set(nominated) & set(decisions.lapsed_nominations)
+    for job_id in decisions.lapsed_nominations:
+        assert jobs[job_id].nomination is not None
+    for nomination in decisions.nominations:
+        job = jobs[nomination.job_id]
+        assert job.status == JobStatus.RUNNABLE or job.id in {d.job_id for d in decisions.drains}
+        chosen = job.entries[nomination.entry_index]
+        assert (chosen.instance_type, chosen.instance_count, chosen.training_plan) == (
+            nomination.instance_type,
+            nomination.instance_count,
+            None,
+        )
+        waiting_for = set(nomination.victim_ids)
+        assert waiting_for and all(
+            j.status == JobStatus.STOPPING and j.placement.instance_type == chosen.instance_type
+            for j in after.jobs
+            if j.id in waiting_for
+        )
+        # Its own victims are among those it waits for.
+        own = {p.job_id for p in decisions.preemptions if p.preemptor_job_id == job.id and p.graceful}
+        assert own <= waiting_for
+    for job in after.jobs:
+        if job.status == JobStatus.STOPPING:
+            assert job.placement is not None
+
+
+def check_invariants_counting_stopping_capacity(decisions: Decisions, after: Snapshot) -> None:
+    """SPEC 2 counting STOPPING capacity on every type and plan the pass placed on; and every invariant once
+    STOPPING jobs are gone and the nominated jobs hold their entries (capacity lowered by an administrator
+    may leave a type over while its give-back stops)."""
+    problems = invariant_violations(after)
+    for admission in decisions.admissions:
+        if admission.training_plan is None:
+            where = [
+                p for p in problems if p[:3] in ("A: ", "B: ") and p.split()[1] == admission.instance_type
+            ]
+        else:
+            where = [p for p in problems if f"plan {admission.training_plan} " in p]
+        assert where == [], f"job {admission.job_id} placed where {where}"
+    future = settled(after)
+    assert invariant_violations(future) == []
+    shares = {share.id: share for share in future.shares}
+    usage = on_demand_usage(future)
+    for job in future.jobs:
+        if job.id in {n.job_id for n in decisions.nominations} | {
+            j.id for j in after.jobs if j.nomination is not None
+        }:
+            ceiling = most_allowed(shares[job.share_id], job.placement.instance_type)
+            assert ceiling is None or usage[job.share_id, job.placement.instance_type] <= ceiling
+
+
+def check_no_over_preemption(before: Snapshot, decisions: Decisions) -> None:
+    """A job whose nomination stands never preempts: only one whose nomination lapsed (or lapsed and was
+    renewed in the pass) may, when it no longer fits once settled or its victims are gone."""
+    jobs = {job.id: job for job in before.jobs}
+    lapsed = set(decisions.lapsed_nominations)
+    stopping = {job.id for job in before.jobs if job.status == JobStatus.STOPPING}
+    for preemption in decisions.preemptions:
+        preemptor = jobs.get(preemption.preemptor_job_id)
+        if preemptor is None or preemptor.nomination is None:
+            continue
+        renewed = preemptor.id in {n.job_id for n in decisions.nominations}
+        assert preemptor.id in lapsed or renewed, f"job {preemptor.id} preempted again while nominated"
+        entry = preemptor.entries[preemptor.nomination.entry_index]
+        still_stopping = preemptor.nomination.victim_ids & stopping
+        assert not still_stopping or not fits_without_preemption(
+            settled(without_nomination(before, preemptor.id)), preemptor, entry
+        )
+
+
+def check_graceful_work_conservation(before: Snapshot, decisions: Decisions, after: Snapshot) -> None:
+    """No job left RUNNABLE and not nominated has an entry that fits now and once settled, save this pass's
+    victims and the jobs STRICT_FIFO holds."""
+    if not before.queue_enabled:
+        return
+    victims = {p.job_id for p in decisions.preemptions}
+    enabled = {share.id for share in after.shares if share.enabled}
+    left: dict[int, list[Job]] = {}
+    for job in sorted(after.jobs, key=queue_key):
+        if job.status == JobStatus.RUNNABLE and job.id not in victims and job.share_id in enabled:
+            left.setdefault(job.share_id, []).append(job)
+    for share_jobs in left.values():
+        checked = share_jobs[:1] if before.ordering == Ordering.STRICT_FIFO else share_jobs
+        for job in checked:
+            if job.nomination is not None:
+                continue
+            for entry in job.entries:
+                assert not fits_now_and_settled(after, job, entry), f"job {job.id} fits {entry}"

@@ -87,12 +87,13 @@ def test_a_replay_with_shortcuts_records_what_a_replay_without_them_records(phil
     assert fast.stats.passes_run < slow.stats.passes_run
 
 
-def scarce_replay(philly_day, hours):
+def scarce_replay(philly_day, hours, *, stop_seconds=0):
     """LEND_AND_BORROW at a twentieth of the VC quotas: lenders reclaim from borrowers all the time."""
     rows, vcs, mix = philly_day
     config = philly.philly_configuration(
         name="scarce", vcs=vcs, mix=mix, capacity_scale=0.05, strategy=Strategy.LEND_AND_BORROW
     )
+    config = replace(config, stop_seconds=stop_seconds)
     start = rows[0].submitted_at
     jobs = [
         job for job in philly.philly_jobs(rows, config, seed=2) if job.submitted_at < start + hours * 3600
