@@ -156,7 +156,7 @@ class ServiceEnvironmentSerializer(StrictModelSerializer):
 
     class Meta:
         model = ServiceEnvironment
-        fields = ["id", "name", "state", "executor", "capacity_limits"]
+        fields = ["id", "name", "state", "executor", "stop_grace_seconds", "lease_seconds", "capacity_limits"]
 
 
 class JobQueueSerializer(StrictModelSerializer):

@@ -28,9 +28,11 @@ class JobStatus(enum.StrEnum):
     SCHEDULED = "SCHEDULED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
 
 
 PLACED_STATUSES = frozenset({JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING})
+HOLDING_STATUSES = PLACED_STATUSES | {JobStatus.STOPPING}
 
 
 class PreemptionKind(enum.StrEnum):
@@ -91,6 +93,14 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class Nomination:
+    """A RUNNABLE job nominated by an earlier pass: its entry and the victims it waits for."""
+
+    entry_index: int
+    victim_ids: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job of the queue that is RUNNABLE (placement None) or placed (SCHEDULED, STARTING, RUNNING).
 
@@ -109,6 +119,9 @@ class Job:
     max_pending_seconds: int | None = None
     preemption_count: int = 0
     preemption_retries_before_termination: int | None = None
+    taken: bool = False
+    stop_deadline: datetime | None = None
+    nomination: Nomination | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +171,7 @@ class Preemption:
     preemptor_share_id: int | None
     fails: bool
     message: str
+    graceful: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +183,21 @@ class Drain:
     training_plan: str
     instance_type: str
     instances: int
+    message: str
+    graceful: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Nominate:
+    """Nominate `job_id` for entry `entry_index`: its graceful victims stop first, it is placed after."""
+
+    job_id: int
+    share_id: int
+    entry_index: int
+    instance_type: str
+    instance_count: int
+    training_plan: str | None
+    victim_ids: tuple[int, ...]
     message: str
 
 
@@ -212,4 +241,6 @@ class Decisions:
     drains: list[Drain] = field(default_factory=list)
     timeouts: list[Timeout] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    nominations: list[Nominate] = field(default_factory=list)
+    lapsed_nominations: list[int] = field(default_factory=list)
     stats: PassStats = field(default_factory=PassStats)
