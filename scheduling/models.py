@@ -315,6 +315,8 @@ class StopOutcome(models.TextChoices):
     RUNNABLE = "RUNNABLE"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
+
+
 FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
