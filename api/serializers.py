@@ -433,7 +433,9 @@ class WorkStartSerializer(serializers.Serializer):
     instance_type = serializers.CharField()
     instance_count = serializers.IntegerField()
     training_plan = serializers.CharField(allow_null=True)
-    payload = JsonObjectField(help_text="the job's payload as submitted (for the reference agent: command, env)")
+    payload = JsonObjectField(
+        help_text="the job's payload as submitted (for the reference agent: command, env)"
+    )
     stop_grace_seconds = serializers.IntegerField(help_text="how long a stop may take, SIGTERM to SIGKILL")
     lease_seconds = serializers.IntegerField(help_text="report at least this often, or the job is lost")
 

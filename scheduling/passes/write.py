@@ -291,12 +291,19 @@ def decisions_write(
         job.update(status=JobStatus.FAILED, status_reason=reason, stopped_at=now)
         event(EventKind.FAILED, timeout.job_id, reason)
 
+    # A nomination is a transition of a RUNNABLE job: its status_reason says so (why it waits is pending's).
     for nomination in decisions.nominations:
         row(nomination.job_id).update(
-            nominated_entry=nomination.entry_index, nominated_victims=sorted(nomination.victim_ids)
+            status_reason=f"NOMINATED: {nomination.message}",
+            nominated_entry=nomination.entry_index,
+            nominated_victims=sorted(nomination.victim_ids),
         )
     for job_id in decisions.lapsed_nominations:
-        row(job_id).update(nominated_entry=None, nominated_victims=[])
+        row(job_id).update(
+            status_reason="NOMINATION_LAPSED: the capacity earmarked for it no longer fits it",
+            nominated_entry=None,
+            nominated_victims=[],
+        )
 
     attempts: list[dict] = []
     admitted: list[int] = []
