@@ -29,7 +29,7 @@ from api.permissions import (
 from api.schema import ApiAutoSchema
 from api.throttling import SubmissionRateThrottle
 from scheduling.models import (
-    PLACED_STATUSES,
+    HOLDING_STATUSES,
     EnvironmentCapacity,
     Event,
     InstanceType,
@@ -305,7 +305,7 @@ class TrainingPlanViewSet(ConfigViewSet):
         .prefetch_related("quota_shares")
         .annotate(
             in_use_instance_count=Coalesce(
-                Sum("jobs__selected_instance_count", filter=Q(jobs__status__in=PLACED_STATUSES)), 0
+                Sum("jobs__selected_instance_count", filter=Q(jobs__status__in=HOLDING_STATUSES)), 0
             )
         )
         .order_by("start_time", "name")
