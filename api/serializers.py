@@ -157,7 +157,7 @@ class ServiceEnvironmentSerializer(StrictModelSerializer):
 
     class Meta:
         model = ServiceEnvironment
-        fields = ["id", "name", "state", "executor", "capacity_limits"]
+        fields = ["id", "name", "state", "executor", "stop_grace_seconds", "lease_seconds", "capacity_limits"]
 
 
 class JobQueueSerializer(StrictModelSerializer):
@@ -269,7 +269,17 @@ class AttemptSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = JobAttempt
-        fields = ["instance_type", "training_plan", "scheduled_at", "stopped_at", "status_reason"]
+        fields = [
+            "attempt",
+            "instance_type",
+            "training_plan",
+            "scheduled_at",
+            "started_at",
+            "stopped_at",
+            "status_reason",
+            "exit_code",
+            "output_tail",
+        ]
 
 
 class JobSerializer(StrictModelSerializer):
@@ -325,6 +335,8 @@ class JobSerializer(StrictModelSerializer):
             "borrowed_instances",
             "queue_position",
             "preemption_count",
+            "attempt",
+            "stop_deadline",
             "attempts",
             "created_at",
             "scheduled_at",
@@ -338,6 +350,8 @@ class JobSerializer(StrictModelSerializer):
             "borrowed_instances",
             "queue_position",
             "preemption_count",
+            "attempt",
+            "stop_deadline",
             "created_at",
             "scheduled_at",
             "started_at",
@@ -391,10 +405,77 @@ class JobCancelSerializer(StrictSerializer):
 
 
 class JobReportSerializer(StrictSerializer):
+    attempt = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="the attempt this report is about (from the work endpoint); a stale one is refused with 409. "
+        "Omitted: the job's current attempt (executors written before attempts were numbered)",
+    )
     status = serializers.ChoiceField(
-        choices=[status.value for status in executor_services.REPORTABLE_STATUSES]
+        choices=[str(status) for status in executor_services.REPORTABLE_STATUSES],
+        help_text="STOPPED: the job stopped as asked (it becomes RUNNABLE, CANCELLED or FAILED, as decided "
+        "when it was asked to stop)",
     )
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    exit_code = serializers.IntegerField(required=False, allow_null=True, default=None)
+    output_tail = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=65536,
+        trim_whitespace=False,
+        help_text=f"the last lines of the job's output; the last {executor_services.OUTPUT_TAIL_CHARS} "
+        "characters are kept",
+    )
+
+
+class WorkStartSerializer(serializers.Serializer):
+    """A job for the executor to start: it is taken (claimed) by this answer."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    attempt = serializers.IntegerField(help_text="name it in every report about this run")
+    instance_type = serializers.CharField()
+    instance_count = serializers.IntegerField()
+    training_plan = serializers.CharField(allow_null=True)
+    payload = JsonObjectField(
+        help_text="the job's payload as submitted (for the reference agent: command, env)"
+    )
+    stop_grace_seconds = serializers.IntegerField(help_text="how long a stop may take, SIGTERM to SIGKILL")
+    lease_seconds = serializers.IntegerField(help_text="report at least this often, or the job is lost")
+
+
+class WorkStopSerializer(serializers.Serializer):
+    """A job to stop: SIGTERM now, SIGKILL at `deadline`, then report STOPPED."""
+
+    id = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    deadline = serializers.DateTimeField()
+
+
+class WorkSerializer(serializers.Serializer):
+    start = WorkStartSerializer(many=True)
+    stop = WorkStopSerializer(many=True)
+
+
+class WorkQuerySerializer(serializers.Serializer):
+    instance_type = serializers.CharField(required=False, max_length=64, help_text="only work of this type")
+    wait = serializers.IntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        max_value=30,
+        help_text="seconds to hold the request until there is work (0: answer at once)",
+    )
+    executor = serializers.CharField(
+        required=False,
+        max_length=128,
+        default="",
+        help_text="the executor's name, for the environment's Executors list (default: the account's name)",
+    )
+    host = serializers.CharField(required=False, max_length=255, default="", allow_blank=True)
 
 
 class JobSummarySerializer(serializers.ModelSerializer):

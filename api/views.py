@@ -7,6 +7,7 @@ Every list reads a constant number of queries whatever its page size (tests/api/
 from __future__ import annotations
 
 import dataclasses
+import time
 from functools import cached_property
 
 from django.db.models import Prefetch, Q, Sum
@@ -31,7 +32,7 @@ from api.permissions import (
 from api.schema import ApiAutoSchema
 from api.throttling import SubmissionRateThrottle
 from scheduling.models import (
-    PLACED_STATUSES,
+    HOLDING_STATUSES,
     EnvironmentCapacity,
     Event,
     InstanceType,
@@ -45,6 +46,7 @@ from scheduling.models import (
     TrainingPlan,
 )
 from scheduling.passes import run as passes
+from scheduling.passes.work import work_version, work_wait
 from scheduling.selectors.events import events_visible_to
 from scheduling.selectors.jobs import jobs_for_user, jobs_in_full
 from scheduling.selectors.queue import QueueSnapshot, queue_snapshot
@@ -164,6 +166,46 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
             environment=obj, changes=data, limits=limits, actor=self.request.user
         )
 
+    @extend_schema(
+        parameters=[s.WorkQuerySerializer],
+        responses={200: s.WorkSerializer, 409: OpenApiResponse(s.ErrorSerializer, "a simulated environment")},
+        summary="An external executor takes work: jobs to start (taken by this answer) and jobs to stop",
+        description=(
+            "Each job in `start` is claimed for the caller: no other executor gets it, and its lease runs "
+            "from now (report at least every `lease_seconds`, naming `attempt`). Each job in `stop` must be "
+            "sent SIGTERM, killed at `deadline`, then reported STOPPED. With `wait=N` the request is held up "
+            "to N seconds until there is some work, and answers with empty lists otherwise."
+        ),
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        serializer_class=s.WorkSerializer,
+        permission_classes=[IsAuthenticated, CanReportJobStatus],
+        filter_backends=[],
+        pagination_class=None,
+    )
+    def work(self, request, pk=None):
+        environment = self.get_object()
+        query = s.WorkQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        until = time.monotonic() + params["wait"]
+        executor = executor_services.executor_seen(
+            environment=environment,
+            name=params["executor"] or request.user.get_username(),
+            host=params["host"],
+            now=timezone.now(),
+        )
+        while True:
+            seen = work_version(environment.pk)  # before the read: a change after it ends the wait
+            work = executor_services.executor_work_take(
+                environment=environment, executor=executor, instance_type=params.get("instance_type")
+            )
+            if work.start or work.stop or time.monotonic() >= until:
+                return Response(s.WorkSerializer({"start": work.start, "stop": work.stop}).data)
+            work_wait(environment_id=environment.pk, seen=seen, until=until)
+
 
 class JobQueueViewSet(ConfigViewSet):
     queryset = JobQueue.objects.select_related("service_environment")
@@ -271,7 +313,7 @@ class TrainingPlanViewSet(ConfigViewSet):
         .prefetch_related("quota_shares")
         .annotate(
             in_use_instance_count=Coalesce(
-                Sum("jobs__selected_instance_count", filter=Q(jobs__status__in=PLACED_STATUSES)), 0
+                Sum("jobs__selected_instance_count", filter=Q(jobs__status__in=HOLDING_STATUSES)), 0
             )
         )
         .order_by("start_time", "name")
@@ -367,8 +409,16 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
 
     @extend_schema(
         request=s.JobReportSerializer,
-        responses=s.JobSerializer,
-        summary="An executor reports a placed job's progress (staff, report_job_status)",
+        responses={
+            200: s.JobSerializer,
+            409: OpenApiResponse(s.ErrorSerializer, "a stale attempt, or a move the job's status forbids"),
+        },
+        summary="An executor reports on one attempt of a job (staff, report_job_status)",
+        description=(
+            "Every report renews the job's lease. Repeating a report, or the report that ended the attempt, "
+            "is harmless (200, nothing changes). A report naming an earlier attempt is refused (409) and "
+            "never touches the current one."
+        ),
     )
     @action(
         detail=True,
@@ -380,12 +430,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
         job = self.get_object()
         serializer = s.JobReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        executor_services.job_report(
-            job_id=job.pk,
-            status=serializer.validated_data["status"],
-            reason=serializer.validated_data["reason"],
-            actor=request.user,
-        )
+        executor_services.job_report(job_id=job.pk, actor=request.user, **serializer.validated_data)
         return Response(self._job_body(job.pk))
 
 

@@ -252,6 +252,8 @@ class Decisions:
     drains: list[Drain] = field(default_factory=list)
     timeouts: list[Timeout] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    nominations: list[Nominate] = field(default_factory=list)
+    lapsed_nominations: list[int] = field(default_factory=list)
     stats: PassStats = field(default_factory=PassStats)
     nominations: list[Nominate] = field(default_factory=list)
     # Jobs whose nomination (from the snapshot) ends in this pass without an admission or a new nomination.

@@ -202,6 +202,11 @@ QUOTAPORTAL_AUTOPASS = envbool("QUOTAPORTAL_AUTOPASS", True)
 PLAN_DRAIN_SECONDS = envint("PLAN_DRAIN_SECONDS", 1800, minimum=0)
 PASS_INTERVAL_SECONDS = envint("PASS_INTERVAL_SECONDS", 5, minimum=1, maximum=3600)
 SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0)
+# How long the simulated executor takes to stop a STOPPING job (a checkpoint and exit), so demos show STOPPING.
+SIMULATED_STOP_SECONDS = envint("SIMULATED_STOP_SECONDS", 3, minimum=0)
+# A long-polling executor (GET .../work/?wait=N) rereads the database at least this often, even when no
+# change was signalled through the cache (a lost signal costs at most this much latency).
+WORK_RECHECK_SECONDS = envint("WORK_RECHECK_SECONDS", 5, minimum=1, maximum=30)
 # Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
 SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1)
 HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)

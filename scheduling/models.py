@@ -22,6 +22,9 @@ name_validator = RegexValidator(
 MAX_SHARES_PER_QUEUE = 20
 MAX_SHARE_LIMITS = 5
 MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_STOP_GRACE_SECONDS = 3600
+MIN_LEASE_SECONDS = 10
+MAX_LEASE_SECONDS = 86400
 
 
 class State(models.TextChoices):
@@ -92,15 +95,57 @@ class ServiceEnvironment(models.Model):
     name = models.CharField(max_length=128, unique=True, validators=[name_validator])
     state = models.CharField(max_length=16, choices=State.choices, default=State.ENABLED)
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.SIMULATED)
+    stop_grace_seconds = models.PositiveIntegerField(
+        default=120,
+        validators=[MaxValueValidator(MAX_STOP_GRACE_SECONDS)],
+        help_text="How long a stopping job keeps its capacity before it counts as stopped (SIGTERM to SIGKILL).",
+    )
+    lease_seconds = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(MIN_LEASE_SECONDS), MaxValueValidator(MAX_LEASE_SECONDS)],
+        help_text="A job taken by an executor that reports nothing for this long is lost (EXECUTOR_LOST).",
+    )
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(stop_grace_seconds__lte=MAX_STOP_GRACE_SECONDS),
+                name="environment_stop_grace_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(lease_seconds__gte=MIN_LEASE_SECONDS, lease_seconds__lte=MAX_LEASE_SECONDS),
+                name="environment_lease_range",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
 
     def capacity_by_type(self) -> dict[str, int]:
         return {limit.instance_type.name: limit.max_capacity for limit in self.capacity_limits.all()}
+
+
+class Executor(models.Model):
+    """A program that runs an environment's jobs, as it names itself on the work endpoint (SPEC 4)."""
+
+    service_environment = models.ForeignKey(
+        ServiceEnvironment, on_delete=models.CASCADE, related_name="executors"
+    )
+    name = models.CharField(max_length=128)
+    host = models.CharField(max_length=255, blank=True, default="")
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    jobs_taken = models.PositiveIntegerField(default=0)
+    jobs_lost = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["service_environment_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["service_environment", "name"], name="executor_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.host or '?'}"
 
 
 class EnvironmentCapacity(models.Model):
@@ -256,10 +301,23 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    STOPPING = "STOPPING"
 
 
 PLACED_STATUSES = (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
-UNFINISHED_STATUSES = (JobStatus.RUNNABLE, *PLACED_STATUSES)
+# What holds capacity: a STOPPING job keeps its instances until it is STOPPED or its grace period ends.
+HOLDING_STATUSES = (*PLACED_STATUSES, JobStatus.STOPPING)
+UNFINISHED_STATUSES = (JobStatus.RUNNABLE, *HOLDING_STATUSES)
+
+
+class StopOutcome(models.TextChoices):
+    """What a STOPPING job becomes once it is STOPPED (or its grace period ends)."""
+
+    RUNNABLE = "RUNNABLE"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+
+
 FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
@@ -313,6 +371,19 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
 
+    # The executor protocol (SPEC 4). `attempt` numbers placements from 1; a report names the one it is about.
+    attempt = models.PositiveIntegerField(default=0)
+    taken_by = models.ForeignKey(
+        "Executor", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
+    taken_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    stop_deadline = models.DateTimeField(null=True, blank=True)
+    stop_outcome = models.CharField(max_length=16, choices=StopOutcome.choices, blank=True, default="")
+    stop_reason = models.TextField(blank=True, default="")
+    nominated_entry = models.PositiveSmallIntegerField(null=True, blank=True)
+    nominated_victims = models.JSONField(default=list, blank=True)
+
     class Meta:
         ordering = ["-created_at", "-id"]
         permissions = [("report_job_status", "Can report job status as an executor")]
@@ -343,6 +414,11 @@ class Job(models.Model):
                 | Q(job_queue__isnull=False, quota_share__isnull=False),
                 name="job_unfinished_has_queue_and_share",
             ),
+            models.CheckConstraint(
+                condition=~Q(status="STOPPING")
+                | Q(stop_deadline__isnull=False, stop_outcome__in=[o.value for o in StopOutcome]),
+                name="job_stopping_has_deadline_and_outcome",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -351,6 +427,11 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    @property
+    def taken(self) -> bool:
+        """The executor has taken the job: it may be running a process, so stopping it takes time."""
+        return self.taken_at is not None
 
     @property
     def waiting(self) -> PendingState | None:
@@ -438,6 +519,9 @@ class JobAttempt(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
     status_reason = models.TextField(blank=True, default="")
+    attempt = models.PositiveIntegerField(default=1)
+    exit_code = models.IntegerField(null=True, blank=True)
+    output_tail = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["job_id", "scheduled_at", "id"]
@@ -456,6 +540,9 @@ class EventKind(models.TextChoices):
     PLAN_EXPIRING = "PLAN_EXPIRING"
     FALLBACK = "FALLBACK"
     STARTED = "STARTED"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    EXECUTOR_LOST = "EXECUTOR_LOST"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"

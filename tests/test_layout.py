@@ -40,7 +40,8 @@ def test_no_committed_file_names_a_path_of_one_machine():
         .stdout.decode()
         .split("\0")
     )
-    machine_path = re.compile("(?<![\\w.])/(" + "|".join(["work", "root", "home", "Users"]) + ")/")
+    # `{id}/work/` is the executor protocol's URL, not a machine's path.
+    machine_path = re.compile("(?<![\\w.}])/(" + "|".join(["work", "root", "home", "Users"]) + ")/")
     found = []
     for name in filter(None, files):
         try:

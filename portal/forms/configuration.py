@@ -117,21 +117,26 @@ class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
     limit_prefix = "capacity_"
     limit_minimum = 0
 
+    environment_field_names = ("name", "state", "executor", "stop_grace_seconds", "lease_seconds")
+
     def __init__(self, *args, environment: ServiceEnvironment | None = None, **kwargs):
         current = {}
         if environment is not None:
             kwargs.setdefault("initial", {}).update(
-                {"name": environment.name, "state": environment.state, "executor": environment.executor}
+                {name: getattr(environment, name) for name in self.environment_field_names}
             )
             current = {
                 limit.instance_type_id: limit.max_capacity for limit in environment.capacity_limits.all()
             }
         super().__init__(*args, **kwargs)
-        self.fields.update(fields_for_model(ServiceEnvironment, fields=["name", "state", "executor"]))
+        self.fields.update(fields_for_model(ServiceEnvironment, fields=list(self.environment_field_names)))
+        for name in ("stop_grace_seconds", "lease_seconds"):  # blank: keep the current value or the default
+            self.fields[name].required = False
         self.add_limit_fields(list(InstanceType.objects.order_by("name")), current)
 
     def environment_fields(self) -> dict:
-        return {name: self.cleaned_data[name] for name in ("name", "state", "executor")}
+        fields = {name: self.cleaned_data[name] for name in self.environment_field_names}
+        return {name: value for name, value in fields.items() if value is not None}
 
 
 class JobQueueForm(forms.Form):

@@ -120,6 +120,7 @@ def environment_edit(request, environment_id: int | None = None):
             "form": form,
             "environment": environment,
             "job_queue": job_queue,
+            "executors": configuration.executors_of(environment) if environment else [],
             "rows": [
                 (field, held.get(type_.pk, 0))
                 for field, type_ in zip(form.limit_bound_fields(), form.instance_types, strict=True)

@@ -114,6 +114,8 @@ def copy_rows(cursor, table: str, columns: tuple[str, ...], rows, *, json_at: li
 
 
 def _db_value(value):
+    if isinstance(value, list | dict):
+        return json.dumps(value)  # a JSONField's value, as Django would store it
     if isinstance(value, str):
         return str(value)  # TextChoices members become plain strings for the driver
     if isinstance(value, datetime) and connection.vendor != "postgresql":

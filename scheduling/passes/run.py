@@ -23,6 +23,8 @@ from engine import types as et
 from scheduling.models import JobQueue, SchedulingPass
 from scheduling.passes.histogram import pass_histogram_observe
 from scheduling.passes.snapshot import snapshot_load
+from scheduling.passes.stops import stops_settle
+from scheduling.passes.work import work_changed
 from scheduling.passes.write import decisions_log, decisions_write, usage_sample
 from scheduling.services.locks import queue_lock
 
@@ -96,10 +98,17 @@ def queue_pass_run(*, job_queue_id: int, trigger: str = "beat") -> PassResult:
 def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: float) -> PassOutcome:
     """Load, decide, write. The caller holds the queue's row lock in the enclosing transaction."""
     snap, index = snapshot_load(job_queue=job_queue, now=now)
+    snap, settled = stops_settle(
+        snap=snap, index=index, lease_seconds=job_queue.service_environment.lease_seconds, now=now
+    )
     engine_started = time.perf_counter()
     decisions = engine.schedule(snap)
     engine_ms = (time.perf_counter() - engine_started) * 1000
-    admitted, preempted = decisions_write(job_queue=job_queue, decisions=decisions, index=index, now=now)
+    admitted, preempted = decisions_write(
+        job_queue=job_queue, decisions=decisions, index=index, now=now, settled=settled
+    )
+    if admitted or decisions.preemptions or decisions.drains:
+        work_changed(environment=job_queue.service_environment)
     decisions_log(job_queue=job_queue, decisions=decisions, index=index)
     usage_sample(job_queue=job_queue, snap=snap, decisions=decisions, index=index, now=now)
     stats = decisions.stats

@@ -49,6 +49,18 @@ JOB_COLUMNS = (
     "pending__queue_position",
     "borrowed_instances",
     "team_id",
+    "stopped_at",
+    "retry_attempts",
+    "attempt",
+    "failed_attempts",
+    "taken_by_id",
+    "taken_at",
+    "lease_expires_at",
+    "stop_deadline",
+    "stop_outcome",
+    "stop_reason",
+    "nominated_entry",
+    "nominated_victims",
 )
 
 
@@ -176,6 +188,18 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             _position,
             _borrowed,
             _team_id,
+            _stopped_at,
+            _retries,
+            _attempt,
+            _failed,
+            _taken_by,
+            taken_at,
+            _lease,
+            deadline,
+            _outcome,
+            _stop_reason,
+            nominated_entry,
+            nominated_victims,
         ) = row
         index.jobs[job_id] = row
         status = statuses[status]
@@ -200,6 +224,13 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
                 max_pending_seconds=max_pending,
                 preemption_count=preemptions,
                 preemption_retries_before_termination=preemption_retries,
+                taken=taken_at is not None,
+                stop_deadline=deadline,
+                nomination=(
+                    et.Nomination(entry_index=nominated_entry, victim_ids=frozenset(nominated_victims))
+                    if nominated_entry is not None and status is runnable
+                    else None
+                ),
             )
         )
     snap = et.Snapshot(

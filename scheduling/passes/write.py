@@ -11,13 +11,14 @@ import operator
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Max
+from django.db.models import F, Max
 
 from engine import accounting
 from engine import types as et
 from scheduling.models import (
     Event,
     EventKind,
+    Executor,
     Job,
     JobAttempt,
     JobQueue,
@@ -27,6 +28,15 @@ from scheduling.models import (
 )
 from scheduling.passes.bulk import rows_delete, rows_insert, rows_update
 from scheduling.passes.snapshot import JOB_COLUMNS, Index
+from scheduling.passes.stops import (
+    PROTOCOL_FIELDS,
+    Settled,
+    released_fields,
+    stop_deadline,
+    stop_outcome_for,
+    stopping_fields,
+    untaken_fields,
+)
 
 decision_logger = logging.getLogger("quotaportal.scheduling.decisions")
 _SHARE, _REASON, _POSITION, _TEAM = (
@@ -45,6 +55,7 @@ _FULL_FIELDS = (
     "runnable_since",
     "stopped_at",
     "preemption_count",
+    *PROTOCOL_FIELDS,
 )
 
 
@@ -125,7 +136,9 @@ def decisions_log(*, job_queue: JobQueue, decisions: et.Decisions, index: Index)
 
 def usage_after(snap: et.Snapshot, decisions: et.Decisions) -> dict[tuple[int, str], int]:
     """(share id, type) -> on-demand instances held once the pass's decisions are applied."""
-    stopped = {p.job_id for p in decisions.preemptions} | {d.job_id for d in decisions.drains}
+    # A graceful victim is STOPPING: it holds its instances until it has stopped.
+    stopped = {p.job_id for p in decisions.preemptions if not p.graceful}
+    stopped |= {d.job_id for d in decisions.drains if not d.graceful}
     usage: dict[tuple[int, str], int] = {}
     for job in snap.jobs:
         placement = job.placement
@@ -178,12 +191,21 @@ def usage_sample(
 
 
 def decisions_write(
-    *, job_queue: JobQueue, decisions: et.Decisions, index: Index, now: datetime
+    *,
+    job_queue: JobQueue,
+    decisions: et.Decisions,
+    index: Index,
+    now: datetime,
+    settled: Settled | None = None,
 ) -> tuple[list[int], list[int]]:
-    """Write a pass's decisions: job rows, attempts and events, each with bulk statements."""
+    """Write a pass's housekeeping (`settled`) and decisions: job rows, attempts and events, in bulk.
+
+    A graceful victim (one its executor has taken) goes to STOPPING with a deadline; any other stops at once.
+    """
     changed: dict[int, dict] = {}
     events: list[dict] = []
     stopped: dict[int, str] = {}  # job id -> why its open attempt ended
+    grace = job_queue.service_environment.stop_grace_seconds
 
     def row(job_id: int) -> dict:
         if job_id not in changed:
@@ -204,21 +226,25 @@ def decisions_write(
             )
         )
 
-    def back_to_queue(job: dict, reason: str) -> None:
-        job.update(
-            status=JobStatus.RUNNABLE,
-            status_reason=reason,
-            selected_instance_type_id=None,
-            selected_instance_count=None,
-            selected_training_plan_id=None,
-            borrowed_instances=0,
-            runnable_since=now,
-            stopped_at=None,
-        )
+    def stop(job_id: int, *, status: str, reason: str, graceful: bool, why: str) -> None:
+        """Stop a placed job at once, or (graceful) ask its executor to: STOPPING until the deadline."""
+        job = row(job_id)
+        if graceful:
+            deadline = stop_deadline(now=now, grace_seconds=grace)
+            job.update(stopping_fields(outcome=status, reason=reason, why=why, deadline=deadline))
+            event(EventKind.STOPPING, job_id, f"{job['name']} stopping until {deadline:%H:%M:%S}: {why}")
+            return
+        stopped[job_id] = reason
+        job.update(released_fields(status=status, reason=reason, now=now))
+
+    if settled is not None:
+        changed.update(settled.rows)
+        stopped.update(settled.closed)
+        for kind, job_id, message in settled.events:
+            event(kind, job_id, message)
 
     for drain in decisions.drains:
-        job = row(drain.job_id)
-        stopped[drain.job_id] = f"TRAINING_PLAN_EXPIRING: {drain.message}"
+        reason = f"TRAINING_PLAN_EXPIRING: {drain.message}"
         event(
             EventKind.PLAN_EXPIRING,
             drain.job_id,
@@ -226,14 +252,13 @@ def decisions_write(
             instance_type_id=index.type_ids.get(drain.instance_type),
             instances=drain.instances,
         )
-        back_to_queue(job, f"TRAINING_PLAN_EXPIRING: {drain.message}")
+        stop(drain.job_id, status=JobStatus.RUNNABLE, reason=reason, graceful=drain.graceful, why=reason)
 
     preempted: list[int] = []
     for preemption in decisions.preemptions:
         job = row(preemption.job_id)
         preempted.append(preemption.job_id)
         code = preemption.kind.value  # the engine names its kinds as the events and reason codes do
-        stopped[preemption.job_id] = f"{code}: {preemption.message}"
         event(
             preemption.kind.value,
             preemption.job_id,
@@ -244,22 +269,42 @@ def decisions_write(
             instances=preemption.instances,
         )
         job["preemption_count"] = job["preemption_count"] + 1
+        reason = f"{code}: {preemption.message}"
         if preemption.fails:
             reason = (
                 f"PREEMPTION_RETRIES_EXHAUSTED: preempted {job['preemption_count']} time(s), "
                 f"the limit is {job['preemption_retries_before_termination']}; "
                 f"last: {preemption.message}"
             )
-            job.update(status=JobStatus.FAILED, status_reason=reason, borrowed_instances=0, stopped_at=now)
-            event(EventKind.FAILED, preemption.job_id, reason)
-        else:
-            back_to_queue(job, f"{code}: {preemption.message}")
+            if not preemption.graceful:  # a graceful victim fails once it has stopped
+                event(EventKind.FAILED, preemption.job_id, reason)
+        stop(
+            preemption.job_id,
+            status=stop_outcome_for(fails=preemption.fails),
+            reason=reason,
+            graceful=preemption.graceful,
+            why=f"{code}: {preemption.message}",
+        )
 
     for timeout in decisions.timeouts:
         job = row(timeout.job_id)
         reason = f"PENDING_TIMEOUT: {timeout.message}"
         job.update(status=JobStatus.FAILED, status_reason=reason, stopped_at=now)
         event(EventKind.FAILED, timeout.job_id, reason)
+
+    # A nomination is a transition of a RUNNABLE job: its status_reason says so (why it waits is pending's).
+    for nomination in decisions.nominations:
+        row(nomination.job_id).update(
+            status_reason=f"NOMINATED: {nomination.message}",
+            nominated_entry=nomination.entry_index,
+            nominated_victims=sorted(nomination.victim_ids),
+        )
+    for job_id in decisions.lapsed_nominations:
+        row(job_id).update(
+            status_reason="NOMINATION_LAPSED: the capacity earmarked for it no longer fits it",
+            nominated_entry=None,
+            nominated_victims=[],
+        )
 
     attempts: list[dict] = []
     admitted: list[int] = []
@@ -277,10 +322,15 @@ def decisions_write(
             borrowed_instances=admission.borrowed,
             scheduled_at=now,
             stopped_at=None,
+            attempt=job["attempt"] + 1,
+            nominated_entry=None,
+            nominated_victims=[],
+            **untaken_fields(),
         )
         attempts.append(
             dict(
                 job_id=admission.job_id,
+                attempt=job["attempt"],
                 instance_type_id=type_id,
                 instance_count=admission.instance_count,
                 training_plan_id=plan_id,
@@ -342,4 +392,7 @@ def decisions_write(
     rows_insert(PendingState, sorted(waiting, key=operator.itemgetter("job_id")))
     rows_insert(JobAttempt, attempts)
     rows_insert(Event, events)
+    if settled is not None:
+        for executor_id, lost in sorted(settled.lost_by_executor.items()):
+            Executor.objects.filter(pk=executor_id).update(jobs_lost=F("jobs_lost") + lost)
     return admitted, preempted

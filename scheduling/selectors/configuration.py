@@ -9,6 +9,7 @@ from django.db.models import Count, Prefetch
 
 from scheduling.models import (
     EnvironmentCapacity,
+    Executor,
     JobQueue,
     QuotaShare,
     ServiceEnvironment,
@@ -36,6 +37,11 @@ def environments_for_admin():
         )
         .order_by("name")
     )
+
+
+def executors_of(environment: ServiceEnvironment) -> list[Executor]:
+    """The executors that took work from the environment, most recently seen first. 1 query."""
+    return list(environment.executors.order_by("-last_seen_at", "name"))
 
 
 def shares_for_admin():

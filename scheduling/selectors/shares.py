@@ -9,7 +9,7 @@ from django.db.models import F
 
 from scheduling import rules
 from scheduling.models import (
-    PLACED_STATUSES,
+    HOLDING_STATUSES,
     InstanceType,
     Job,
     JobQueue,
@@ -76,7 +76,7 @@ def share_detail(*, viewer: Viewer, share: QuotaShare, job_limit: int = 100) -> 
     sees_jobs = viewer.sees_team(share.team_id)
     running: list[Job] = []
     pending: list[Job] = []
-    placed = Job.objects.filter(quota_share=share, status__in=PLACED_STATUSES)
+    placed = Job.objects.filter(quota_share=share, status__in=HOLDING_STATUSES)
     if sees_jobs:
         # Filtered by the job's own team, not the share's: a job stays the team's that submitted it, even in
         # a share moved before moving was refused while it had unfinished jobs.
@@ -84,7 +84,7 @@ def share_detail(*, viewer: Viewer, share: QuotaShare, job_limit: int = 100) -> 
         if not viewer.is_staff:
             own = own.filter(team_id__in=viewer.team_ids)
         running = list(
-            own.filter(status__in=PLACED_STATUSES)
+            own.filter(status__in=HOLDING_STATUSES)
             .select_related("selected_instance_type", "selected_training_plan", "submitted_by")
             .defer("payload")
             .order_by("-scheduled_at", "-id")[:job_limit]

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from engine import accounting
 from scheduling.models import (
-    PLACED_STATUSES,
+    HOLDING_STATUSES,
     EnvironmentCapacity,
     InstanceType,
     Job,
@@ -130,7 +130,7 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
     plan_use: dict[int, int] = {}
     share_plan_use: dict[tuple[int, int], int] = {}  # (share id, plan id) -> instances
     for row in (
-        Job.objects.filter(job_queue=job_queue, status__in=PLACED_STATUSES)
+        Job.objects.filter(job_queue=job_queue, status__in=HOLDING_STATUSES)
         .values("quota_share_id", "selected_instance_type_id", "selected_training_plan_id")
         .annotate(instances=Sum("selected_instance_count"))
         .order_by()
@@ -194,7 +194,7 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
 def plan_in_use(*, plan_ids: list[int]) -> dict[int, int]:
     """training plan id -> instances held on it by placed jobs. 1 query."""
     return dict(
-        Job.objects.filter(selected_training_plan_id__in=plan_ids, status__in=PLACED_STATUSES)
+        Job.objects.filter(selected_training_plan_id__in=plan_ids, status__in=HOLDING_STATUSES)
         .values_list("selected_training_plan_id")
         .annotate(n=Sum("selected_instance_count"))
         .order_by()

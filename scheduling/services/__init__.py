@@ -5,7 +5,8 @@ Callers import the subject's module (`from scheduling.services import jobs`); th
 - `locks`: `queue_lock`, the queue's row lock every change to a queue's jobs takes first.
 - `audit`: the CONFIG_CHANGED record (before and after) and a job's lifecycle events; they only record.
 - `jobs`: submit, validate a submission, cancel, change priority; who may manage a job.
-- `executor`: executor reports, the simulated executor, the legal lifecycle moves; `job_stop`.
+- `executor`: executor reports (attempts, leases), taking work, the simulated executor, the legal lifecycle
+  moves; `job_stop`, `job_stop_request` (STOPPING) and `job_stopped`.
 - `configuration`: queues, environments, shares, plans, instance types, teams and their members.
 - `history`: pruning what passes leave behind.
 

@@ -7,18 +7,21 @@ finishes or fails asks for a pass, since its capacity is free for the jobs that 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from scheduling.errors import Conflict
 from scheduling.models import (
-    PLACED_STATUSES,
+    HOLDING_STATUSES,
     EventKind,
+    Executor,
     Job,
     JobAttempt,
     JobStatus,
@@ -26,8 +29,17 @@ from scheduling.models import (
     ServiceEnvironment,
 )
 from scheduling.passes.requests import pass_request
+from scheduling.passes.stops import (
+    released_fields,
+    stop_deadline,
+    stopped_fields,
+    stopping_fields,
+)
+from scheduling.passes.work import work_changed
 from scheduling.services.audit import job_event_record
 from scheduling.services.locks import job_lock, queue_lock
+
+STOPPED = "STOPPED"  # a report, not a status: the job stopped as asked, and becomes its stop outcome
 
 # Legal executor reports: current status -> statuses it may move to (SPEC 4).
 REPORT_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -36,25 +48,91 @@ REPORT_TRANSITIONS: dict[str, frozenset[str]] = {
     ),
     JobStatus.STARTING: frozenset({JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED}),
     JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED}),
+    # A stopping job may still say it runs (its executor has not seen the stop yet), or that it ended.
+    JobStatus.STOPPING: frozenset(
+        {JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, STOPPED}
+    ),
 }
-REPORTABLE_STATUSES = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED)
+REPORTABLE_STATUSES = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, STOPPED)
+# What a report says once the job's attempt has ended: repeating it is harmless.
+ENDING_REPORTS = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, STOPPED})
+OUTPUT_TAIL_CHARS = 8192
 
 
 @transaction.atomic
-def job_report(*, job_id: int, status: str, reason: str = "", actor: AbstractBaseUser | None = None) -> Job:
-    """An executor moves a placed job along its lifecycle; an illegal move raises Conflict (409).
+def job_report(
+    *,
+    job_id: int,
+    status: str,
+    reason: str = "",
+    attempt: int | None = None,
+    exit_code: int | None = None,
+    output_tail: str = "",
+    actor: AbstractBaseUser | None = None,
+) -> Job:
+    """An executor reports on one attempt of a job; a stale attempt or an illegal move raises Conflict (409).
 
-    Repeating the job's current status is accepted and changes nothing, so executors may retry reports.
+    Every report about the current attempt renews the job's lease. Repeating a report changes nothing, so
+    executors may retry them: the job's current status again, or the report that ended the attempt (which
+    may have returned the job to RUNNABLE). A report about an earlier attempt never touches the current one.
     """
     if status not in REPORTABLE_STATUSES:
         raise ValidationError({"status": [f"status must be one of {', '.join(REPORTABLE_STATUSES)}"]})
     job = job_lock(job_id)
-    if job.status == status and status in (JobStatus.STARTING, JobStatus.RUNNING):
-        return job
-    if status not in REPORT_TRANSITIONS.get(job.status, frozenset()):
+    if attempt is not None and attempt != job.attempt:
+        raise Conflict(
+            f"attempt {attempt} of job {job.pk} is stale: its current attempt is {job.attempt}; "
+            "stop that attempt's process if it still runs"
+        )
+    now = timezone.now()
+    if job.status not in HOLDING_STATUSES:
+        if _ends_as(status, job.status) and _attempt_ended(job):
+            return job  # the attempt ended already (this report, repeated, or a stop the pass settled)
         raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
-    _job_advance(job=job, status=status, reason=reason, actor=actor, now=timezone.now())
+    if status not in REPORT_TRANSITIONS[job.status] and status != job.status:
+        raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
+    _lease_renew(job=job, environment=job.job_queue.service_environment, now=now)
+    _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
+    if job.status == status or (job.status == JobStatus.STOPPING and status in PROGRESS_REPORTS):
+        return job  # a repeat, or progress of a job asked to stop: nothing moves
+    _job_advance(job=job, status=status, reason=reason, actor=actor, now=now)
     return job
+
+
+PROGRESS_REPORTS = frozenset({JobStatus.STARTING, JobStatus.RUNNING})
+
+
+def _ends_as(report: str, status: str) -> bool:
+    """Whether an ending report agrees with how the attempt ended (so repeating it is harmless)."""
+    if report == JobStatus.SUCCEEDED:
+        return status == JobStatus.SUCCEEDED
+    return report in ENDING_REPORTS and status in (JobStatus.RUNNABLE, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+def _attempt_ended(job: Job) -> bool:
+    return JobAttempt.objects.filter(job=job, attempt=job.attempt, stopped_at__isnull=False).exists()
+
+
+def _lease_renew(*, job: Job, environment: ServiceEnvironment, now) -> None:
+    """A report takes the job if no executor had (older executors report without claiming) and renews its
+    lease; the executor that took it was seen now."""
+    job.taken_at = job.taken_at or now
+    if environment.executor == ServiceEnvironment.Executor.EXTERNAL:  # the simulated executor never dies
+        job.lease_expires_at = now + timedelta(seconds=environment.lease_seconds)
+    job.save(update_fields=["taken_at", "lease_expires_at"])
+    if job.taken_by_id is not None:
+        Executor.objects.filter(pk=job.taken_by_id).update(last_seen_at=now)
+
+
+def _attempt_record(*, job: Job, exit_code: int | None, output_tail: str) -> None:
+    """Keep what the executor said about the attempt: its exit code and the last lines of its output."""
+    changes: dict = {}
+    if exit_code is not None:
+        changes["exit_code"] = exit_code
+    if output_tail:
+        changes["output_tail"] = output_tail[-OUTPUT_TAIL_CHARS:]
+    if changes:
+        JobAttempt.objects.filter(job=job, attempt=job.attempt).update(**changes)
 
 
 def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser | None, now) -> None:
@@ -78,6 +156,10 @@ def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser 
             message=f"{job.name} started on {job.selected_instance_type} x{job.selected_instance_count}",
         )
         return
+    if status == STOPPED or (status == JobStatus.FAILED and job.status == JobStatus.STOPPING):
+        # A process stopped by SIGTERM often exits non-zero: for a job asked to stop, that is its stop.
+        job_stopped(job=job, actor=actor, now=now, how=reason or "the executor reported it stopped")
+        return
     if status == JobStatus.SUCCEEDED:
         job_stop(job=job, status=JobStatus.SUCCEEDED, reason=reason or "succeeded", now=now)
         job_event_record(
@@ -99,63 +181,110 @@ def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser 
     pass_request(job_queue_id=job.job_queue_id, trigger="finish")
 
 
+def job_stopped(*, job: Job, actor: AbstractBaseUser | None, now, how: str) -> None:
+    """A STOPPING job has stopped: it becomes its stop outcome (RUNNABLE, CANCELLED or FAILED).
+
+    The caller holds the job's queue lock and row lock.
+    """
+    _job_fields_save(
+        job=job,
+        changes=stopped_fields({"stop_outcome": job.stop_outcome, "stop_reason": job.stop_reason}, now=now),
+    )
+    _attempt_close(job=job, reason=job.status_reason, now=now)
+    PendingState.objects.filter(job_id=job.pk).delete()
+    job_event_record(
+        kind=EventKind.STOPPED,
+        job=job,
+        actor=actor,
+        now=now,
+        message=f"{job.name} stopped ({how}): {job.status}",
+    )
+    if job.status == JobStatus.FAILED:
+        job_event_record(
+            kind=EventKind.FAILED, job=job, actor=actor, now=now, message=f"{job.name}: {job.status_reason}"
+        )
+    elif job.status == JobStatus.CANCELLED:
+        job_event_record(
+            kind=EventKind.CANCELLED, job=job, actor=actor, now=now, message=f"{job.name} {job.status_reason}"
+        )
+    pass_request(job_queue_id=job.job_queue_id, trigger="finish")
+
+
 def job_stop(*, job: Job, status: str, reason: str, now) -> None:
     """Release a job's capacity and close its open attempt; RUNNABLE puts it back in its share's queue.
 
     The caller holds the job's queue lock and the job's row lock, and asks for the pass that follows.
     """
-    was_placed = job.status in PLACED_STATUSES
-    job.status = status
-    job.status_reason = reason
-    update = [
-        "status",
-        "status_reason",
-        "failed_attempts",
-        "selected_instance_type",
-        "selected_instance_count",
-        "selected_training_plan",
-        "borrowed_instances",
-        "stopped_at",
-        "runnable_since",
-    ]
-    if status == JobStatus.RUNNABLE:
-        # Back in the queue it holds nothing; a finished job keeps what it last ran on.
-        job.runnable_since = now
-        job.stopped_at = None
-        job.selected_instance_type = None
-        job.selected_instance_count = None
-        job.selected_training_plan = None
-    else:
-        job.stopped_at = now
-    job.borrowed_instances = 0
-    job.save(update_fields=update)
+    was_holding = job.status in HOLDING_STATUSES
+    changes = released_fields(status=status, reason=reason, now=now)
+    # failed_attempts too: a FAILED report counts the attempt before it stops the job.
+    changes.update(failed_attempts=job.failed_attempts, nominated_entry=None, nominated_victims=[])
+    _job_fields_save(job=job, changes=changes)
     # Only a pass says why a job waits; until the next one, its status_reason is this transition's.
     PendingState.objects.filter(job_id=job.pk).delete()
-    if was_placed:
-        JobAttempt.objects.filter(job=job, stopped_at__isnull=True).update(
-            stopped_at=now, status_reason=reason
-        )
+    if was_holding:
+        _attempt_close(job=job, reason=reason, now=now)
+
+
+def job_stop_request(*, job: Job, outcome: str, reason: str, why: str, now) -> None:
+    """Ask the executor that took a placed job to stop it: STOPPING, capacity held, until the deadline.
+
+    The caller holds the job's queue lock and the job's row lock.
+    """
+    environment = job.job_queue.service_environment
+    deadline = stop_deadline(now=now, grace_seconds=environment.stop_grace_seconds)
+    _job_fields_save(
+        job=job, changes=stopping_fields(outcome=outcome, reason=reason, why=why, deadline=deadline)
+    )
+    job_event_record(
+        kind=EventKind.STOPPING,
+        job=job,
+        now=now,
+        message=f"{job.name} stopping until {deadline:%H:%M:%S}: {why}",
+    )
+    work_changed(environment=environment)
+
+
+def _job_fields_save(*, job: Job, changes: dict) -> None:
+    for name, value in changes.items():
+        setattr(job, name, value)
+    job.save(update_fields=list(changes))
+
+
+def _attempt_close(*, job: Job, reason: str, now) -> None:
+    JobAttempt.objects.filter(job=job, stopped_at__isnull=True).update(stopped_at=now, status_reason=reason)
 
 
 def simulated_executor_tick(*, job_queue_id: int, now=None) -> int:
     """Advance the queue's jobs on a `simulated` environment: start-up delay, then `duration_seconds`.
 
-    SCHEDULED -> STARTING at once, STARTING -> RUNNING after SIMULATED_STARTUP_SECONDS from scheduling,
-    RUNNING -> SUCCEEDED after duration_seconds (a job without one runs until cancelled). Returns moves made.
+    SCHEDULED -> STARTING at once (the simulated executor takes the job then), STARTING -> RUNNING after
+    SIMULATED_STARTUP_SECONDS from scheduling, RUNNING -> SUCCEEDED after duration_seconds (a job without one
+    runs until cancelled); a STOPPING job stops SIMULATED_STOP_SECONDS after it was asked to (never after its
+    deadline). Returns moves made.
     """
     now = now or timezone.now()
     startup = timedelta(seconds=settings.SIMULATED_STARTUP_SECONDS)
+    stop_delay = timedelta(seconds=settings.SIMULATED_STOP_SECONDS)
     moves = 0
     with transaction.atomic():
         queue = queue_lock(job_queue_id)
         if queue.service_environment.executor != ServiceEnvironment.Executor.SIMULATED:
             return 0
-        placed = Job.objects.select_for_update().filter(job_queue=queue, status__in=PLACED_STATUSES)
+        grace = timedelta(seconds=queue.service_environment.stop_grace_seconds)
+        placed = Job.objects.select_for_update().filter(job_queue=queue, status__in=HOLDING_STATUSES)
         for job in placed.order_by("id"):
+            if job.status == JobStatus.STOPPING:
+                if job.stop_deadline - grace + stop_delay <= now:
+                    job_stopped(job=job, actor=None, now=now, how="simulated")
+                    moves += 1
+                continue
             if job.status == JobStatus.SCHEDULED:
                 _job_advance(
                     job=job, status=JobStatus.STARTING, reason="starting (simulated)", actor=None, now=now
                 )
+                job.taken_at = now
+                job.save(update_fields=["taken_at"])
                 moves += 1
             if job.status == JobStatus.STARTING and job.scheduled_at and job.scheduled_at + startup <= now:
                 _job_advance(
@@ -173,3 +302,98 @@ def simulated_executor_tick(*, job_queue_id: int, now=None) -> int:
                 )
                 moves += 1
     return moves
+
+
+# At most this many jobs are taken by one call of the work endpoint: an executor asks again for more.
+MAX_STARTS_PER_CALL = 50
+
+
+@dataclass(frozen=True)
+class Work:
+    """What an external executor should do now: jobs it has just taken to start, and jobs to stop."""
+
+    start: list[dict]
+    stop: list[dict]
+
+
+def executor_seen(*, environment: ServiceEnvironment, name: str, host: str, now) -> Executor:
+    """The executor record for (environment, name), created on first sight; it was seen now."""
+    executor, _ = Executor.objects.update_or_create(
+        service_environment=environment, name=name, defaults={"host": host, "last_seen_at": now}
+    )
+    return executor
+
+
+def executor_work_take(
+    *, environment: ServiceEnvironment, executor: Executor, instance_type: str | None = None
+) -> Work:
+    """Take the environment's SCHEDULED jobs nobody has taken (a claim), and list its jobs to stop.
+
+    The claim is a conditional UPDATE (still SCHEDULED, still untaken) under the queue's row lock, which
+    orders it with passes (a pass never preempts a job as untaken while it is being taken) and with other
+    executors' claims: two executors never take the same job. Takes the queue lock itself when there is
+    something to take; the caller holds no lock.
+    """
+    if environment.executor != ServiceEnvironment.Executor.EXTERNAL:
+        raise Conflict(f"environment {environment.name} runs its jobs on the simulated executor")
+    jobs = Job.objects.filter(job_queue__service_environment=environment)
+    if instance_type:
+        jobs = jobs.filter(selected_instance_type__name=instance_type)
+    untaken = jobs.filter(status=JobStatus.SCHEDULED, taken_at__isnull=True)
+    taken: list[int] = []
+    if untaken.exists():
+        now = timezone.now()
+        with transaction.atomic():
+            queue_lock(environment.job_queue.pk)
+            candidates = list(
+                untaken.order_by("scheduled_at", "id").values_list("id", flat=True)[:MAX_STARTS_PER_CALL]
+            )
+            claimed = Job.objects.filter(
+                pk__in=candidates, status=JobStatus.SCHEDULED, taken_at__isnull=True
+            ).update(
+                taken_at=now,
+                taken_by=executor,
+                lease_expires_at=now + timedelta(seconds=environment.lease_seconds),
+            )
+            if claimed:
+                taken = list(
+                    Job.objects.filter(pk__in=candidates, taken_by=executor, taken_at=now).values_list(
+                        "id", flat=True
+                    )
+                )
+                Executor.objects.filter(pk=executor.pk).update(jobs_taken=F("jobs_taken") + len(taken))
+    start = (
+        [
+            {
+                "id": row["id"],
+                "name": row["name"],
+                "attempt": row["attempt"],
+                "instance_type": row["selected_instance_type__name"],
+                "instance_count": row["selected_instance_count"],
+                "training_plan": row["selected_training_plan__name"],
+                "payload": row["payload"],
+                "stop_grace_seconds": environment.stop_grace_seconds,
+                "lease_seconds": environment.lease_seconds,
+            }
+            for row in Job.objects.filter(pk__in=taken)
+            .order_by("scheduled_at", "id")
+            .values(
+                "id",
+                "name",
+                "attempt",
+                "selected_instance_type__name",
+                "selected_instance_count",
+                "selected_training_plan__name",
+                "payload",
+            )
+        ]
+        if taken
+        else []
+    )
+    stop = [
+        {"id": row["id"], "attempt": row["attempt"], "deadline": row["stop_deadline"]}
+        for row in jobs.filter(status=JobStatus.STOPPING, taken_at__isnull=False)
+        .order_by("stop_deadline", "id")
+        .values("id", "attempt", "stop_deadline")
+    ]
+    return Work(start=start, stop=stop)

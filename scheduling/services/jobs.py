@@ -18,6 +18,7 @@ from django.utils import timezone
 from scheduling import rules
 from scheduling.errors import Conflict, NotAllowed
 from scheduling.models import (
+    PLACED_STATUSES,
     UNFINISHED_STATUSES,
     EventKind,
     Job,
@@ -26,10 +27,11 @@ from scheduling.models import (
     JobStatus,
     Membership,
     QuotaShare,
+    StopOutcome,
 )
 from scheduling.passes.requests import pass_request
 from scheduling.services.audit import job_event_record
-from scheduling.services.executor import job_stop
+from scheduling.services.executor import job_stop, job_stop_request
 from scheduling.services.locks import job_lock
 
 
@@ -187,7 +189,12 @@ def job_can_manage(*, user: AbstractBaseUser, job: Job) -> bool:
 
 @transaction.atomic
 def job_cancel(*, job_id: int, actor: AbstractBaseUser | None, reason: str = "") -> Job:
-    """Cancel an unfinished job; its capacity is free for the pass that follows."""
+    """Cancel an unfinished job; its capacity is free for the pass that follows.
+
+    A placed job its executor has taken is asked to stop (STOPPING, outcome CANCELLED): it keeps its
+    capacity until the executor reports it STOPPED or its grace period ends. Cancelling a STOPPING job only
+    makes its outcome CANCELLED.
+    """
     job = job_lock(job_id)
     if actor is not None and not job_can_manage(user=actor, job=job):
         raise NotAllowed("only the submitter, a manager of the team or staff may cancel this job")
@@ -196,6 +203,13 @@ def job_cancel(*, job_id: int, actor: AbstractBaseUser | None, reason: str = "")
     now = timezone.now()
     who = getattr(actor, "username", None) or "system"
     text = f"cancelled by {who}" + (f": {reason}" if reason else "")
+    if job.status == JobStatus.STOPPING:
+        job.stop_outcome, job.stop_reason = StopOutcome.CANCELLED, text
+        job.save(update_fields=["stop_outcome", "stop_reason"])
+        return job
+    if job.status in PLACED_STATUSES and job.taken:
+        job_stop_request(job=job, outcome=StopOutcome.CANCELLED, reason=text, why=text, now=now)
+        return job
     job_stop(job=job, status=JobStatus.CANCELLED, reason=text, now=now)
     job_event_record(kind=EventKind.CANCELLED, job=job, actor=actor, now=now, message=f"{job.name} {text}")
     pass_request(job_queue_id=job.job_queue_id, trigger="cancel")

@@ -61,9 +61,11 @@ def placed(job: Job, type_name=P5, count=2, plan: TrainingPlan | None = None) ->
     job.selected_instance_count = count
     job.selected_training_plan = plan
     job.scheduled_at = now
+    job.attempt += 1
     job.save()
     JobAttempt.objects.create(
         job=job,
+        attempt=job.attempt,
         instance_type=job.selected_instance_type,
         instance_count=count,
         training_plan=plan,

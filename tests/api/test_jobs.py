@@ -65,6 +65,8 @@ def test_job_body_has_exactly_the_fields_of_the_spec(world, client_for):
         "borrowed_instances",
         "queue_position",
         "preemption_count",
+        "attempt",
+        "stop_deadline",
         "attempts",
         "created_at",
         "scheduled_at",
@@ -301,12 +303,17 @@ def test_a_placed_job_shows_its_selection_and_attempts(world, client_for):
     assert body["selected_training_plan"] is None
     assert len(body["attempts"]) == 1
     assert set(body["attempts"][0]) == {
+        "attempt",
         "instance_type",
         "training_plan",
         "scheduled_at",
+        "started_at",
         "stopped_at",
         "status_reason",
+        "exit_code",
+        "output_tail",
     }
+    assert body["attempt"] == body["attempts"][0]["attempt"] == 1
 
 
 # --- priority --------------------------------------------------------------------------------------------

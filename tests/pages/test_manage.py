@@ -246,7 +246,7 @@ def test_administration_pages_keep_their_query_budgets(world, client_for, django
         (reverse("manage_queues"), 3),
         (reverse("manage_queue_edit", args=[world.queue.pk]), 6),
         (reverse("manage_environments"), 4),
-        (reverse("manage_environment_edit", args=[environment.pk]), 7),
+        (reverse("manage_environment_edit", args=[environment.pk]), 8),  # 7, and its Executors
         (reverse("manage_shares"), 4),
         (reverse("manage_share_edit", args=[world.nlp.pk]), 10),
         (reverse("manage_share_new"), 6),

@@ -121,6 +121,8 @@ def test_admin_environment_capacity_cannot_drop_below_limits(staff_client, queue
         "name": environment.name,
         "state": "ENABLED",
         "executor": environment.executor,
+        "stop_grace_seconds": environment.stop_grace_seconds,
+        "lease_seconds": environment.lease_seconds,
         "capacity_limits-TOTAL_FORMS": "1",
         "capacity_limits-INITIAL_FORMS": "1",
         "capacity_limits-MIN_NUM_FORMS": "0",

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from scheduling import tasks
 from scheduling.management.commands.seed_demo import ADMIN, DEMO_PASSWORD
-from scheduling.models import PLACED_STATUSES, Event, EventKind, Job, JobQueue
+from scheduling.models import PLACED_STATUSES, Event, EventKind, Job, JobQueue, JobStatus
 from scheduling.passes.run import queue_pass_run
 from scheduling.services import demo
 from scheduling.services.executor import simulated_executor_tick
@@ -86,5 +86,11 @@ def test_seed_demo_borrows_at_once_and_the_lenders_jobs_sent_for_later_reclaim_i
 
     reclaims = Event.objects.filter(kind=EventKind.PREEMPTED_RECLAIM)
     assert reclaims.filter(job__name__startswith="vision-long-").exists()
+    # The borrowers had started, so they stop gracefully; the lender's jobs wait for them, nominated.
+    assert Job.objects.filter(name__startswith="vision-long-", status=JobStatus.STOPPING).exists()
+    assert Job.objects.filter(name__startswith="speech-urgent-", nominated_entry__isnull=False).exists()
+
+    simulated_executor_tick(job_queue_id=queue.pk, now=timezone.now() + timedelta(seconds=120))  # stopped
+    queue_pass_run(job_queue_id=queue.pk, trigger="test")
     assert Job.objects.filter(name__startswith="speech-urgent-", status__in=PLACED_STATUSES).exists()
     assert tasks.demo_lenders_arrive(queue.pk) == 0  # sent twice (a redelivery), it submits nothing new

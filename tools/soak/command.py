@@ -53,7 +53,7 @@ from engine import Plan as EnginePlan
 from engine import Share as EngineShare
 from scheduling import rules
 from scheduling.models import (
-    PLACED_STATUSES,
+    HOLDING_STATUSES,
     UNFINISHED_STATUSES,
     EnvironmentCapacity,
     Event,
@@ -324,7 +324,7 @@ def history_violations(job: dict, events: list[str], attempts: list[dict]) -> li
         elif kind in STOP_KINDS:
             placed = False
     open_attempts = [a for a in attempts if a["stopped_at"] is None]
-    if job["status"] in PLACED_STATUSES:
+    if job["status"] in HOLDING_STATUSES:
         if len(open_attempts) != 1 or attempts[-1]["stopped_at"] is not None:
             broken.append(
                 f"{name}: placed with {len(open_attempts)} open attempts (the last must be the open one)"
@@ -1237,7 +1237,7 @@ def sample_violations(config: Config, queue_ids: list[int]) -> list[str]:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         at = timezone.now()
         placed = list(
-            Job.objects.filter(job_queue_id__in=queue_ids, status__in=PLACED_STATUSES).values_list(
+            Job.objects.filter(job_queue_id__in=queue_ids, status__in=HOLDING_STATUSES).values_list(
                 "id",
                 "quota_share_id",
                 "selected_instance_type_id",

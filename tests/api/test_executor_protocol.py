@@ -1,0 +1,223 @@
+"""The executor protocol (SPEC 4, 5): GET .../work/ takes jobs to start and lists jobs to stop; reports name
+their attempt; long-polls wait without a database connection."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from scheduling.models import Executor, Job, JobAttempt, JobStatus, ServiceEnvironment, StopOutcome
+from scheduling.passes import run as passes
+from scheduling.services import jobs as job_services
+from tests.api.support import P4, P5, placed
+from tests.factories import job_in
+
+JOBS = "/api/v1/jobs/"
+
+
+def work_url(world, **query) -> str:
+    params = "&".join(f"{name}={value}" for name, value in query.items())
+    return f"/api/v1/service-environments/{world.queue.service_environment_id}/work/?{params}"
+
+
+@pytest.fixture
+def running(world):
+    """A placed job the executor account has taken through the work endpoint."""
+    job = placed(job_in(world.nlp, [(P5, 2)], name="train", payload={"command": ["python", "train.py"]}))
+    return job
+
+
+def test_work_gives_a_scheduled_job_to_one_executor_with_what_it_needs_to_run_it(world, client_for, running):
+    executor = client_for(world.executor)
+    body = executor.get(work_url(world, executor="host-a", host="gpu-01")).json()
+    assert body["stop"] == []
+    (start,) = body["start"]
+    assert start == {
+        "id": running.pk,
+        "name": "train",
+        "attempt": 1,
+        "instance_type": P5,
+        "instance_count": 2,
+        "training_plan": None,
+        "payload": {"command": ["python", "train.py"]},
+        "stop_grace_seconds": 120,
+        "lease_seconds": 300,
+    }
+    running.refresh_from_db()
+    assert running.taken_at is not None and running.lease_expires_at > timezone.now()
+    record = Executor.objects.get(name="host-a")
+    assert (record.host, record.jobs_taken, running.taken_by_id) == ("gpu-01", 1, record.pk)
+    # Taken: nobody gets it again.
+    assert executor.get(work_url(world, executor="host-b")).json() == {"start": [], "stop": []}
+
+
+def test_work_filters_by_instance_type(world, client_for, running):
+    executor = client_for(world.executor)
+    assert executor.get(work_url(world, instance_type=P4)).json()["start"] == []
+    assert [job["id"] for job in executor.get(work_url(world, instance_type=P5)).json()["start"]] == [
+        running.pk
+    ]
+
+
+def test_work_lists_taken_jobs_to_stop_with_their_deadline(world, client_for, running):
+    executor = client_for(world.executor)
+    executor.get(work_url(world))
+    job_services.job_cancel(job_id=running.pk, actor=world.users["admin"])
+    running.refresh_from_db()
+    assert running.status == JobStatus.STOPPING and running.stop_outcome == StopOutcome.CANCELLED
+    body = executor.get(work_url(world)).json()
+    assert body["start"] == []
+    assert [(job["id"], job["attempt"]) for job in body["stop"]] == [(running.pk, 1)]
+    assert body["stop"][0]["deadline"]
+
+
+def test_work_on_a_simulated_environment_is_a_conflict(world, client_for):
+    ServiceEnvironment.objects.filter(pk=world.queue.service_environment_id).update(
+        executor=ServiceEnvironment.Executor.SIMULATED
+    )
+    response = client_for(world.executor).get(work_url(world))
+    assert response.status_code == 409
+
+
+@pytest.mark.parametrize("who,code", [("ana", 403), ("chen", 403), (None, 401), ("admin", 200)])
+def test_only_executors_and_staff_take_work(world, client_for, who, code):
+    user = world.users[who] if who else None
+    assert client_for(user).get(work_url(world)).status_code in ({code, 403} if who is None else {code})
+
+
+@pytest.mark.parametrize("wait", ["31", "-1", "soon"])
+def test_wait_outside_0_to_30_is_a_400_naming_wait(world, client_for, wait):
+    response = client_for(world.executor).get(work_url(world, wait=wait))
+    assert response.status_code == 400 and "wait" in response.json()
+
+
+def test_a_long_poll_with_nothing_to_do_answers_empty_after_the_wait(world, client_for):
+    started = time.monotonic()
+    body = client_for(world.executor).get(work_url(world, wait=1)).json()
+    assert body == {"start": [], "stop": []} and 1 <= time.monotonic() - started < 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_long_poll_returns_as_soon_as_a_pass_places_a_job(world, settings):
+    settings.WORK_RECHECK_SECONDS = 30  # only the pass's signal can end the wait early
+    answers: list[tuple[float, dict]] = []
+
+    def poll() -> None:
+        try:
+            client = APIClient()
+            client.force_authenticate(user=world.executor)
+            started = time.monotonic()
+            body = client.get(work_url(world, wait=20)).json()
+            answers.append((time.monotonic() - started, body))
+        finally:
+            connection.close()
+
+    waiter = threading.Thread(target=poll)
+    waiter.start()
+    time.sleep(0.5)
+    job = job_in(world.nlp, [(P5, 2)], name="late")
+    passes.queue_pass_run(job_queue_id=world.queue.pk, trigger="test")
+    waiter.join(timeout=30)
+    ((elapsed, body),) = answers
+    assert [start["id"] for start in body["start"]] == [job.pk] and elapsed < 5
+
+
+# --- reports ---------------------------------------------------------------------------------------------
+
+
+def report(client, job, **body):
+    return client.post(f"{JOBS}{job.pk}/report/", body, format="json")
+
+
+def test_a_stale_attempt_is_a_409_and_never_touches_the_current_one(world, client_for, running):
+    executor = client_for(world.executor)
+    report(executor, running, attempt=1, status="FAILED", reason="oom")  # retry_attempts=1: FAILED
+    job = Job.objects.get(pk=running.pk)
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNABLE)
+    placed(Job.objects.get(pk=job.pk))  # attempt 2
+    response = report(executor, running, attempt=1, status="SUCCEEDED")
+    assert response.status_code == 409 and "stale" in response.json()["detail"]
+    job.refresh_from_db()
+    assert job.status == JobStatus.SCHEDULED and job.attempt == 2
+
+
+def test_reports_record_exit_code_and_output_tail_and_repeats_are_harmless(world, client_for, running):
+    executor = client_for(world.executor)
+    assert report(executor, running, attempt=1, status="RUNNING").status_code == 200
+    assert report(executor, running, attempt=1, status="RUNNING").status_code == 200
+    response = report(executor, running, attempt=1, status="SUCCEEDED", exit_code=0, output_tail="done\n")
+    assert response.status_code == 200
+    attempt = response.json()["attempts"][0]
+    assert (attempt["attempt"], attempt["exit_code"], attempt["output_tail"]) == (1, 0, "done\n")
+    again = report(executor, running, attempt=1, status="SUCCEEDED", exit_code=0)
+    assert again.status_code == 200 and again.json()["status"] == "SUCCEEDED"
+    assert report(executor, running, attempt=1, status="FAILED").status_code == 409
+    assert JobAttempt.objects.filter(job=running).count() == 1
+
+
+def test_a_stopped_report_applies_the_stop_outcome_and_is_idempotent(world, client_for, running):
+    executor = client_for(world.executor)
+    executor.get(work_url(world))
+    job_services.job_cancel(job_id=running.pk, actor=world.users["admin"])
+    first = report(executor, running, attempt=1, status="STOPPED", exit_code=-15)
+    assert first.status_code == 200 and first.json()["status"] == "CANCELLED"
+    second = report(executor, running, attempt=1, status="STOPPED", exit_code=-15)
+    assert second.status_code == 200 and second.json()["status"] == "CANCELLED"
+
+
+def test_stopped_for_a_job_nobody_asked_to_stop_is_a_409(world, client_for, running):
+    assert report(client_for(world.executor), running, attempt=1, status="STOPPED").status_code == 409
+
+
+def test_every_report_renews_the_lease(world, client_for, running):
+    executor = client_for(world.executor)
+    executor.get(work_url(world))
+    Job.objects.filter(pk=running.pk).update(lease_expires_at=timezone.now() + timedelta(seconds=5))
+    report(executor, running, attempt=1, status="STARTING")
+    running.refresh_from_db()
+    assert running.lease_expires_at > timezone.now() + timedelta(seconds=290)
+
+
+def test_a_member_cannot_report(world, client_for, running):
+    assert report(client_for(world.users["ana"]), running, attempt=1, status="RUNNING").status_code == 403
+
+
+# --- concurrency (PostgreSQL) ----------------------------------------------------------------------------
+
+RACERS = 8
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_executors_never_take_the_same_job(world):
+    jobs = [placed(job_in(world.nlp, [(P5, 1)], name=f"j{i}")) for i in range(3)]
+    start = threading.Barrier(RACERS)
+    taken: list[int] = []
+    failures: list[BaseException] = []
+
+    def take(i: int) -> None:
+        try:
+            client = APIClient()
+            client.force_authenticate(user=world.executor)
+            start.wait(timeout=10)
+            response = client.get(work_url(world, executor=f"host-{i}"))
+            taken.extend(job["id"] for job in response.json()["start"])
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(RACERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    assert sorted(taken) == sorted(job.pk for job in jobs)  # each once, none twice
+    assert sum(Executor.objects.values_list("jobs_taken", flat=True)) == 3
