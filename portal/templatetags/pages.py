@@ -26,7 +26,12 @@ def type_segments(usage):
     in_use = usage.owned + usage.borrowed
     return Bar(
         stacked_bar(
-            [("owned", usage.owned), ("borrowed", usage.borrowed), ("idle", usage.idle), ("free", usage.free)],
+            [
+                ("owned", usage.owned),
+                ("borrowed", usage.borrowed),
+                ("idle", usage.idle),
+                ("free", usage.free),
+            ],
             usage.capacity,
         ),
         f"{in_use} of {usage.capacity} in use, {usage.borrowed} borrowed; {usage.idle} idle, {usage.free} free",
