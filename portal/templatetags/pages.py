@@ -1,4 +1,5 @@
-"""Small presentation helpers for the pages: bar segments and compact numbers."""
+"""Small presentation helpers for the pages: bar segments, compact numbers, and the presenters (words for events
+and changes) as filters."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from portal import presenters
 from portal.charts import stacked_bar, svg_problem
 
 register = template.Library()
@@ -67,6 +69,21 @@ def limit_x(row) -> float:
 def short_type(name: str) -> str:
     """`ml.p5.48xlarge` -> `p5.48xlarge`: the family people say, with its size."""
     return name[3:] if name.startswith("ml.") else name
+
+
+@register.filter
+def kind_words(kind: str) -> str:
+    return presenters.kind_words(kind)
+
+
+@register.filter
+def event_text(event) -> str:
+    return presenters.event_text(event)
+
+
+@register.filter
+def change_lines(event) -> list[str]:
+    return presenters.change_lines(event.changes)
 
 
 @register.filter

@@ -45,6 +45,7 @@ class EventRow:
     instances: int | None
     actor: str | None
     text: str  # the event's message, or a summary when it is about another team's job
+    changes: dict | None = None  # a CONFIG_CHANGED event's {"before": ..., "after": ...}; None otherwise
 
 
 def _event_rows(viewer: Viewer, events) -> list[EventRow]:
@@ -87,9 +88,15 @@ def _event_rows(viewer: Viewer, events) -> list[EventRow]:
                 instances=e["instances"],
                 actor=e["actor__username"],
                 text=text,
+                changes=_changes(e) if e["kind"] == EventKind.CONFIG_CHANGED else None,
             )
         )
     return rows
+
+
+def _changes(e: dict) -> dict:
+    data = e["data"] if isinstance(e["data"], dict) else {}
+    return {"action": data.get("action"), "before": data.get("before"), "after": data.get("after")}
 
 
 _EVENT_COLUMNS = (
@@ -111,6 +118,7 @@ _EVENT_COLUMNS = (
     "instances",
     "actor__username",
     "message",
+    "data",
 )
 
 
