@@ -74,3 +74,11 @@ def test_fields_with_errors_are_marked_invalid_and_described_by_their_errors(wor
     assert 'aria-describedby="id_name_helptext errors-name"' in html and 'id="errors-name"' in html
     quiet = client.get(reverse("job_new")).content.decode()
     assert 'aria-invalid="true"' not in quiet and 'aria-describedby="id_name_helptext errors-name"' in quiet
+
+
+def test_capacity_bars_say_their_numbers_to_screen_readers(world, client_for):
+    job_in(world.nlp, [(P5, 2)], name="p5-pair", user=world.ana)
+    world.run_pass()
+    html = client_for(world.admin).get(reverse("overview")).content.decode()
+    assert f'role="img" aria-label="{P5}: 2 of 8 in use, 0 borrowed;' in html
+    assert f'aria-label="{P5}: 2 of a limit of 4 in use, 0 borrowed; 0 lent to other shares' in html
