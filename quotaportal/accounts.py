@@ -22,6 +22,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 
 logger = logging.getLogger("quotaportal.auth")
 
@@ -71,13 +72,7 @@ def lockout_response(
         lockout_username(request, credentials),
         client_address(request),
     )
-    body = (
-        '<!doctype html><html lang="en"><head><title>Too many sign-in attempts</title></head><body>'
-        "<h1>Too many sign-in attempts</h1><p>Too many failed sign-in attempts for this account or from "
-        f"this address. Try again in {minutes} minute{'s' if minutes != 1 else ''}.</p>"
-        '<p><a href="">Back to sign-in</a></p></body></html>'
-    )
-    response = HttpResponse(body, status=429)
+    response = render(request, "429.html", {"minutes": minutes}, status=429)
     response["Retry-After"] = str(seconds)
     return response
 

@@ -338,9 +338,16 @@ LOGGING = {
             "timestamp": True,
         },
     },
+    "filters": {"refusals_without_traceback": {"()": "quotaportal.logfilters.RefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        # Django's default config gives `django` a console handler of its own (when DEBUG) and lets it propagate
+        # to the root's too: every record printed twice. No handler of its own: the root's prints it once.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.request": {"filters": ["refusals_without_traceback"]},
+        "django.db.backends": {"level": "WARNING"},
+    },
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -1,11 +1,15 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from ops import views as ops
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Browsers ask for /favicon.ico on pages without a <link rel=icon> (the Django admin's).
+    path("favicon.ico", RedirectView.as_view(url=static("portal/favicon.svg"))),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
     path("api/v1/", include("api.urls")),
@@ -14,3 +18,7 @@ urlpatterns = [
     path("", include("whatif.urls")),
     path("", include("portal.urls")),
 ]
+
+handler403 = "portal.views.errors.permission_denied"
+handler404 = "portal.views.errors.page_not_found"
+handler500 = "portal.views.errors.server_error"

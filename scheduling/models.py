@@ -27,9 +27,11 @@ MIN_LEASE_SECONDS = 10
 MAX_LEASE_SECONDS = 86400
 
 
+# Choices are labelled with their codes, the SPEC's spelling: one way on the pages, in the admin and the API
+# (Django's own labels would be title-cased guesses, "Lend And Borrow"). Event kinds are read as words instead.
 class State(models.TextChoices):
-    ENABLED = "ENABLED"
-    DISABLED = "DISABLED"
+    ENABLED = "ENABLED", "ENABLED"
+    DISABLED = "DISABLED", "DISABLED"
 
 
 class InstanceType(models.Model):
@@ -158,6 +160,7 @@ class EnvironmentCapacity(models.Model):
     max_capacity = models.PositiveIntegerField()
 
     class Meta:
+        verbose_name_plural = "environment capacities"
         ordering = ["instance_type__name"]
         constraints = [
             models.UniqueConstraint(
@@ -171,8 +174,8 @@ class EnvironmentCapacity(models.Model):
 
 class JobQueue(models.Model):
     class Ordering(models.TextChoices):
-        BEST_EFFORT_FIFO = "BEST_EFFORT_FIFO"
-        STRICT_FIFO = "STRICT_FIFO"
+        BEST_EFFORT_FIFO = "BEST_EFFORT_FIFO", "BEST_EFFORT_FIFO"
+        STRICT_FIFO = "STRICT_FIFO", "STRICT_FIFO"
 
     name = models.CharField(max_length=128, unique=True, validators=[name_validator])
     priority = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(1000)])
@@ -199,9 +202,9 @@ class JobQueue(models.Model):
 
 class QuotaShare(models.Model):
     class Strategy(models.TextChoices):
-        RESERVE = "RESERVE"
-        LEND = "LEND"
-        LEND_AND_BORROW = "LEND_AND_BORROW"
+        RESERVE = "RESERVE", "RESERVE"
+        LEND = "LEND", "LEND"
+        LEND_AND_BORROW = "LEND_AND_BORROW", "LEND_AND_BORROW"
 
     name = models.CharField(max_length=128, validators=[name_validator])
     job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="quota_shares")
@@ -252,9 +255,9 @@ class ShareCapacityLimit(models.Model):
 
 class TrainingPlan(models.Model):
     class Status(models.TextChoices):
-        SCHEDULED = "SCHEDULED"
-        ACTIVE = "ACTIVE"
-        EXPIRED = "EXPIRED"
+        SCHEDULED = "SCHEDULED", "SCHEDULED"
+        ACTIVE = "ACTIVE", "ACTIVE"
+        EXPIRED = "EXPIRED", "EXPIRED"
 
     name = models.CharField(max_length=128, unique=True, validators=[name_validator])
     job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="training_plans")
@@ -294,14 +297,14 @@ class TrainingPlan(models.Model):
 
 
 class JobStatus(models.TextChoices):
-    RUNNABLE = "RUNNABLE"
-    SCHEDULED = "SCHEDULED"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    STOPPING = "STOPPING"
+    RUNNABLE = "RUNNABLE", "RUNNABLE"
+    SCHEDULED = "SCHEDULED", "SCHEDULED"
+    STARTING = "STARTING", "STARTING"
+    RUNNING = "RUNNING", "RUNNING"
+    SUCCEEDED = "SUCCEEDED", "SUCCEEDED"
+    FAILED = "FAILED", "FAILED"
+    CANCELLED = "CANCELLED", "CANCELLED"
+    STOPPING = "STOPPING", "STOPPING"
 
 
 PLACED_STATUSES = (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
@@ -531,22 +534,24 @@ class JobAttempt(models.Model):
 
 
 class EventKind(models.TextChoices):
-    SUBMITTED = "SUBMITTED"
-    ADMITTED = "ADMITTED"
-    BORROWED = "BORROWED"
-    PREEMPTED_RECLAIM = "PREEMPTED_RECLAIM"
-    PREEMPTED_IN_SHARE = "PREEMPTED_IN_SHARE"
-    PREEMPTED_LIMIT_REDUCED = "PREEMPTED_LIMIT_REDUCED"
-    PLAN_EXPIRING = "PLAN_EXPIRING"
-    FALLBACK = "FALLBACK"
-    STARTED = "STARTED"
-    STOPPING = "STOPPING"
-    STOPPED = "STOPPED"
-    EXECUTOR_LOST = "EXECUTOR_LOST"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    CONFIG_CHANGED = "CONFIG_CHANGED"
+    """The code is what the API and the logs carry; the label is how a person reads it."""
+
+    SUBMITTED = "SUBMITTED", "submitted"
+    ADMITTED = "ADMITTED", "placed"
+    BORROWED = "BORROWED", "borrowed"
+    PREEMPTED_RECLAIM = "PREEMPTED_RECLAIM", "preempted by a reclaim"
+    PREEMPTED_IN_SHARE = "PREEMPTED_IN_SHARE", "preempted within its share"
+    PREEMPTED_LIMIT_REDUCED = "PREEMPTED_LIMIT_REDUCED", "preempted by a lowered limit"
+    PLAN_EXPIRING = "PLAN_EXPIRING", "training plan expiring"
+    FALLBACK = "FALLBACK", "fell back to a later preference"
+    STARTED = "STARTED", "started"
+    STOPPING = "STOPPING", "asked to stop"
+    STOPPED = "STOPPED", "stopped"
+    EXECUTOR_LOST = "EXECUTOR_LOST", "lost by its executor"
+    SUCCEEDED = "SUCCEEDED", "succeeded"
+    FAILED = "FAILED", "failed"
+    CANCELLED = "CANCELLED", "cancelled"
+    CONFIG_CHANGED = "CONFIG_CHANGED", "configuration changed"
 
 
 PREEMPTION_KINDS = (
@@ -629,6 +634,7 @@ class SchedulingPass(models.Model):
     trigger = models.CharField(max_length=32, default="beat")
 
     class Meta:
+        verbose_name_plural = "scheduling passes"
         ordering = ["-started_at", "-id"]
         indexes = [models.Index(fields=["job_queue", "started_at"], name="pass_queue_started_idx")]
 

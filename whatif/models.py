@@ -56,6 +56,7 @@ class WhatIfRun(models.Model):
     class Meta:
         # The table keeps the name it had when the model lived in the scheduling app.
         db_table = "scheduling_whatifrun"
+        verbose_name = "what-if run"
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from django import forms
 from django.core.exceptions import ValidationError
 
+from portal.presenters import with_labels
+
 if TYPE_CHECKING:
     from portal.forms.jobs import JobForm, PreferenceFormSet
 
@@ -21,11 +23,18 @@ def error_dict(exc: ValidationError) -> dict[str, list[str]]:
     return {"__all__": list(exc.messages)}
 
 
+def _labels(form: forms.Form) -> dict[str, str]:
+    return {name: field.label or name.replace("_", " ") for name, field in form.fields.items()}
+
+
 def add_errors(form: forms.Form, exc: ValidationError) -> None:
-    """Put a rules/services ValidationError on the form's fields. A key naming a group of fields the form
-    shows together (`capacity_limits`) goes to `form.group_errors`; any other unknown key is a form error."""
+    """Put a rules/services ValidationError on the form's fields, in the form's words (labels, not field
+    names). A key naming a group of fields the form shows together (`capacity_limits`) goes to
+    `form.group_errors`; any other unknown key is a form error."""
     groups = getattr(form, "error_groups", ())
+    labels = _labels(form)
     for key, messages in error_dict(exc).items():
+        messages = [with_labels(message, labels) for message in messages]
         if key in groups:
             form.group_errors.setdefault(key, []).extend(messages)
             continue
@@ -37,7 +46,9 @@ def add_submission_errors(
     form: JobForm, formset: PreferenceFormSet, exc: ValidationError, entry_rows: list[int]
 ) -> None:
     """Map a submission's errors: `instance_preferences[i].field` -> row `entry_rows[i]` of the formset."""
+    labels = _labels(form) | (_labels(formset.forms[0]) if formset.forms else {})
     for key, messages in error_dict(exc).items():
+        messages = [with_labels(message, labels) for message in messages]
         match = _PREFERENCE_KEY.match(key)
         if match is None:
             target = key if key in form.fields else None

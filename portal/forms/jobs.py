@@ -201,7 +201,10 @@ def job_submission(
 
 
 class PriorityForm(forms.Form):
-    scheduling_priority = forms.IntegerField(min_value=0, max_value=9999, label="Priority")
+    # hx-preserve: the job page's poll replaces the actions, but not a number someone is typing.
+    scheduling_priority = forms.IntegerField(
+        min_value=0, max_value=9999, label="Priority", widget=forms.NumberInput(attrs={"hx-preserve": "true"})
+    )
 
 
 class CancelForm(forms.Form):

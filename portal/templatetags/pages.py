@@ -1,4 +1,5 @@
-"""Small presentation helpers for the pages: bar segments and compact numbers."""
+"""Small presentation helpers for the pages: bar segments, compact numbers, and the presenters (words for events
+and changes) as filters."""
 
 from __future__ import annotations
 
@@ -7,31 +8,53 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from portal import presenters
 from portal.charts import stacked_bar, svg_problem
 
 register = template.Library()
 
 
+class Bar(list):
+    """A bar's segments, and the same numbers in words for its accessible label."""
+
+    def __init__(self, segments, words: str):
+        super().__init__(segments)
+        self.words = words
+
+
 @register.filter
 def type_segments(usage):
     """A queue's capacity bar for one instance type: owned use, borrowed use, idle, free."""
-    return stacked_bar(
-        [("owned", usage.owned), ("borrowed", usage.borrowed), ("idle", usage.idle), ("free", usage.free)],
-        usage.capacity,
+    in_use = usage.owned + usage.borrowed
+    return Bar(
+        stacked_bar(
+            [
+                ("owned", usage.owned),
+                ("borrowed", usage.borrowed),
+                ("idle", usage.idle),
+                ("free", usage.free),
+            ],
+            usage.capacity,
+        ),
+        f"{in_use} of {usage.capacity} in use, {usage.borrowed} borrowed; {usage.idle} idle, {usage.free} free",
     )
 
 
 @register.filter
 def share_segments(row):
     """A share's bar for one instance type, scaled to its limit (or its usage when it borrows above it)."""
-    return stacked_bar(
-        [
-            ("owned", row.usage - row.borrowed),
-            ("borrowed", row.borrowed),
-            ("lent", row.lent),
-            ("idle", row.idle),
-        ],
-        max(row.limit, row.usage),
+    return Bar(
+        stacked_bar(
+            [
+                ("owned", row.usage - row.borrowed),
+                ("borrowed", row.borrowed),
+                ("lent", row.lent),
+                ("idle", row.idle),
+            ],
+            max(row.limit, row.usage),
+        ),
+        f"{row.usage} of a limit of {row.limit} in use, {row.borrowed} borrowed; {row.lent} lent to other "
+        f"shares, {row.idle} idle",
     )
 
 
@@ -49,9 +72,34 @@ def short_type(name: str) -> str:
 
 
 @register.filter
+def kind_words(kind: str) -> str:
+    return presenters.kind_words(kind)
+
+
+@register.filter
+def event_text(event) -> str:
+    return presenters.event_text(event)
+
+
+@register.filter
+def change_lines(event) -> list[str]:
+    return presenters.change_lines(event.changes)
+
+
+@register.filter
 def error_slot(name: str) -> str:
     """The id of the element that holds a field's errors, so htmx can fill it in place."""
     return f"errors-{name}"
+
+
+@register.simple_tag
+def field_widget(field, quiet: bool = False):
+    """A field's input, described by its help and by its error slot (filled in place by htmx, so it is always
+    there), and `aria-invalid` only when its errors are shown (a `quiet` form shows none)."""
+    described_by = [f"{field.auto_id}_helptext"] if field.help_text else []
+    described_by.append(error_slot(field.html_name))
+    html = field.as_widget(attrs={"aria-describedby": " ".join(described_by)})
+    return mark_safe(html.replace(' aria-invalid="true"', "")) if quiet else html
 
 
 @register.filter

@@ -26,7 +26,7 @@ from portal.forms.jobs import (
 )
 from portal.params import int_param
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
-from scheduling.errors import DomainError, NotAllowed
+from scheduling.errors import Conflict, DomainError, NotAllowed
 from scheduling.selectors import events, jobs
 from scheduling.services import jobs as job_services
 
@@ -160,32 +160,50 @@ def _visible_job(request, job_id: int):
     return job
 
 
-@require_GET
-@page
-def job_detail(request, job_id: int):
-    job = _visible_job(request, job_id)
-    if htmx_target(request, ("job-live",)):
-        return render(request, "portal/job_detail.html#job-live", {"job": job})
+def _job_page(request, job, *, status: int = 200, refusal: str = "", cancel_form=None) -> HttpResponse:
+    """The job page, or for the live region's poll its fragment: status, actions, attempts and events
+    together, so none of them can go stale while the others move on."""
+    can_manage = job_services.job_can_manage(user=request.user, job=job)
     context = {
         "job": job,
         "events": events.job_events(viewer=viewer(request), job_id=job.pk),
-        "can_manage": job_services.job_can_manage(user=request.user, job=job),
+        "can_manage": can_manage,
         "priority_form": PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
-        "cancel_form": CancelForm(),
         "refresh_seconds": refresh_seconds(),
+        "refusal": refusal,
     }
-    return render(request, "portal/job_detail.html", context)
+    if htmx_target(request, ("job-live",)):
+        return render(request, "portal/partials/job_live.html", context, status=status)
+    return render(request, "portal/job_detail.html", context, status=status)
 
 
-@require_POST
+@require_GET
+@page
+def job_detail(request, job_id: int):
+    return _job_page(request, _visible_job(request, job_id))
+
+
+def _refused(request, job_id: int, exc: Conflict) -> HttpResponse:
+    """An action the job has moved past (it finished meanwhile): the job as it is now, with why, in place."""
+    return _job_page(request, _visible_job(request, job_id), status=exc.status_code, refusal=exc.message)
+
+
 @page
 def job_cancel(request, job_id: int):
+    """GET: the confirmation step (works without JavaScript). POST: cancel."""
     job = _visible_job(request, job_id)
-    form = CancelForm(request.POST)
-    if form.is_valid():
-        job_services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
+    form = CancelForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job_services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
+        except Conflict as exc:
+            return _refused(request, job.pk, exc)
         messages.success(request, f"Cancelled {job.name}.")
-    return redirect(reverse("job_detail", args=[job.pk]))
+        return redirect(reverse("job_detail", args=[job.pk]))
+    if job.is_finished:
+        return _refused(request, job.pk, Conflict(job_services.job_finished_message(job, "be cancelled")))
+    status = 400 if form.is_bound else 200
+    return render(request, "portal/job_cancel.html", {"job": job, "form": form}, status=status)
 
 
 @require_POST
@@ -202,6 +220,8 @@ def job_priority(request, job_id: int):
         job_services.job_set_priority(
             job_id=job.pk, priority=form.cleaned_data["scheduling_priority"], actor=request.user
         )
+    except Conflict as exc:
+        return _refused(request, job.pk, exc)
     except ValidationError as exc:
         for message in exc.messages:
             messages.error(request, message)

@@ -47,6 +47,7 @@ class EventRow:
     instances: int | None
     actor: str | None
     text: str  # the event's message, or a summary when it is about another team's job
+    changes: dict | None = None  # a CONFIG_CHANGED event's {"before": ..., "after": ...}; None otherwise
 
 
 def event_text(
@@ -114,9 +115,15 @@ def _event_rows(viewer: Viewer, events) -> list[EventRow]:
                 instances=e["instances"],
                 actor=e["actor__username"],
                 text=text,
+                changes=_changes(e) if e["kind"] == EventKind.CONFIG_CHANGED else None,
             )
         )
     return rows
+
+
+def _changes(e: dict) -> dict:
+    data = e["data"] if isinstance(e["data"], dict) else {}
+    return {"action": data.get("action"), "before": data.get("before"), "after": data.get("after")}
 
 
 _EVENT_COLUMNS = (
@@ -139,6 +146,7 @@ _EVENT_COLUMNS = (
     "instances",
     "actor__username",
     "message",
+    "data",
 )
 
 

@@ -187,6 +187,11 @@ def job_can_manage(*, user: AbstractBaseUser, job: Job) -> bool:
     return user_team_role(user, job.team_id) == Membership.Role.MANAGER
 
 
+def job_finished_message(job: Job, action: str) -> str:
+    """Why an action on a job that has moved on is refused, in words a person reads on the job's page."""
+    return f"{job.name} has already ended ({job.status}), so it can no longer {action}; nothing was changed."
+
+
 @transaction.atomic
 def job_cancel(*, job_id: int, actor: AbstractBaseUser | None, reason: str = "") -> Job:
     """Cancel an unfinished job; its capacity is free for the pass that follows.
@@ -199,7 +204,7 @@ def job_cancel(*, job_id: int, actor: AbstractBaseUser | None, reason: str = "")
     if actor is not None and not job_can_manage(user=actor, job=job):
         raise NotAllowed("only the submitter, a manager of the team or staff may cancel this job")
     if job.status not in UNFINISHED_STATUSES:
-        raise Conflict(f"job {job.pk} is already {job.status} and cannot be cancelled")
+        raise Conflict(job_finished_message(job, "be cancelled"))
     now = timezone.now()
     who = getattr(actor, "username", None) or "system"
     text = f"cancelled by {who}" + (f": {reason}" if reason else "")
@@ -225,7 +230,7 @@ def job_set_priority(*, job_id: int, priority: int, actor: AbstractBaseUser | No
     if actor is not None and not job_can_manage(user=actor, job=job):
         raise NotAllowed("only the submitter, a manager of the team or staff may change this job's priority")
     if job.status not in UNFINISHED_STATUSES:
-        raise Conflict(f"job {job.pk} is {job.status}; only unfinished jobs can change priority")
+        raise Conflict(job_finished_message(job, "change priority"))
     if job.scheduling_priority == priority:
         return job
     before = job.scheduling_priority

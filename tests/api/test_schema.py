@@ -76,6 +76,19 @@ def test_the_schema_is_served_and_the_docs_page_uses_local_assets():
 
 
 @pytest.mark.django_db
+def test_the_docs_page_runs_no_inline_code_and_its_script_comes_from_its_own_url():
+    client = APIClient()
+
+    page = client.get("/api/v1/docs/").content.decode()
+    script = client.get("/api/v1/docs/?script=")
+
+    assert "<style" not in page and "<script>" not in page
+    assert 'src="/api/v1/docs/?script="' in page
+    assert script.status_code == 200 and script["Content-Type"].startswith("application/javascript")
+    assert "/api/v1/schema/" in script.content.decode()
+
+
+@pytest.mark.django_db
 def test_drf_create_token_makes_a_token_the_api_accepts(world):
     out = io.StringIO()
 

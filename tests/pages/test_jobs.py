@@ -7,6 +7,8 @@ import pytest
 from django.urls import reverse
 
 from scheduling.models import Event, EventKind, InstanceType, Job, JobStatus
+from scheduling.services.executor import job_report
+from scheduling.services.jobs import job_cancel
 from tests.factories import job_in
 from tests.pages.conftest import G5, P4, P5, htmx_headers
 
@@ -241,7 +243,7 @@ def test_job_page_of_another_team_is_a_404_for_a_member(world, client_for):
     assert client_for(world.ana).post(reverse("job_cancel", args=[job.pk])).status_code == 404
 
 
-def test_job_status_fragment_comes_alone_to_htmx(world, client_for):
+def test_job_live_fragment_comes_alone_to_htmx_with_actions_attempts_and_events(world, client_for):
     job = job_in(world.nlp, [(P5, 1)], name="j", user=world.ana)
     world.run_pass()
     html = (
@@ -249,7 +251,48 @@ def test_job_status_fragment_comes_alone_to_htmx(world, client_for):
         .get(reverse("job_detail", args=[job.pk]), headers=htmx_headers("job-live"))
         .content.decode()
     )
-    assert "<html" not in html and "SCHEDULED" in html and "Attempts" not in html
+    assert "<html" not in html and "SCHEDULED" in html and "Change priority" in html
+    assert 'id="job-attempts" hx-swap-oob="innerHTML"' in html and "Why it ended" in html
+    assert 'id="job-events" hx-swap-oob="innerHTML"' in html and "data-poll" in html
+
+
+def test_a_finished_job_shows_no_actions_and_stops_polling(world, client_for):
+    job = job_in(world.nlp, [(P5, 1)], name="done", user=world.ana)
+    world.run_pass()
+    job_report(job_id=job.pk, status=JobStatus.RUNNING)
+    job_report(job_id=job.pk, status=JobStatus.SUCCEEDED, reason="exit 0")
+    html = (
+        client_for(world.ana)
+        .get(reverse("job_detail", args=[job.pk]), headers=htmx_headers("job-live"))
+        .content.decode()
+    )
+    assert "SUCCEEDED" in html and "Change priority" not in html and "Cancel job" not in html
+    assert "data-poll" not in html and "hx-trigger" not in html and "Not placed yet" not in html
+
+
+def test_an_action_the_job_has_moved_past_is_refused_in_place_with_409(world, client_for):
+    job = job_in(world.nlp, [(P5, 1)], name="gone", user=world.ana)
+    client = client_for(world.ana)
+    job_cancel(job_id=job.pk, actor=world.ben)
+    response = client.post(reverse("job_priority", args=[job.pk]), {"scheduling_priority": 9})
+    html = response.content.decode()
+    assert response.status_code == 409 and 'class="refusal" role="alert"' in html
+    assert "gone has already ended (CANCELLED), so it can no longer change priority" in html
+    assert "<h1>gone" in html and "Change priority" not in html
+    response = client.post(reverse("job_cancel", args=[job.pk]), {"reason": "late"})
+    assert response.status_code == 409 and "can no longer be cancelled" in response.content.decode()
+    assert client.get(reverse("job_cancel", args=[job.pk])).status_code == 409
+
+
+def test_cancelling_asks_for_confirmation_first(world, client_for):
+    job = job_in(world.nlp, [(P5, 1)], name="mine", user=world.ana)
+    client = client_for(world.ana)
+    page = client.get(reverse("job_detail", args=[job.pk])).content.decode()
+    assert f'href="{reverse("job_cancel", args=[job.pk])}"' in page
+    confirm = client.get(reverse("job_cancel", args=[job.pk])).content.decode()
+    assert "Cancel mine?" in confirm and "Yes, cancel mine" in confirm and "No, keep it" in confirm
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNABLE
 
 
 def test_the_submitter_changes_priority_and_cancels(world, client_for):
@@ -312,7 +355,7 @@ def test_job_pages_keep_their_query_budgets(world, client_for, django_assert_max
     # session + user, viewer, job, preferences, attempts, events, role
     with django_assert_max_num_queries(8):
         assert client.get(reverse("job_detail", args=[job.pk])).status_code == 200
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(8):  # the live region carries the actions, attempts and events too
         assert (
             client.get(reverse("job_detail", args=[job.pk]), headers=htmx_headers("job-live")).status_code
             == 200

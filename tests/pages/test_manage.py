@@ -236,7 +236,7 @@ def test_a_plan_that_ends_before_it_starts_is_refused(world, client_for):
             "end_time": start.strftime("%Y-%m-%dT%H:%M"),
         },
     )
-    assert response.status_code == 200 and "end_time must be after start_time" in response.content.decode()
+    assert response.status_code == 200 and "End time must be after start time" in response.content.decode()
 
 
 def test_administration_pages_keep_their_query_budgets(world, client_for, django_assert_max_num_queries):

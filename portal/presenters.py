@@ -1,0 +1,84 @@
+"""Presenters: rows turned into the words a person reads. Event kinds as words (their code stays in a tooltip),
+jobs by name rather than by id, configuration changes as before -> after, and form errors with the labels the
+form shows rather than field names."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from scheduling.models import EventKind
+from scheduling.selectors.events import EventRow
+
+_JOB_ID = re.compile(r"\bjob (\d+)\b")
+
+
+def kind_words(kind: str) -> str:
+    """`PREEMPTED_RECLAIM` -> `preempted by a reclaim` (EventKind's labels)."""
+    try:
+        return EventKind(kind).label
+    except ValueError:
+        return kind.replace("_", " ").lower()
+
+
+def event_text(event: EventRow) -> str:
+    """The event's text with the jobs it names by id named by name; a job of another team stays unnamed."""
+    refs = {ref.id: ref for ref in (event.job, event.other_job) if ref is not None}
+
+    def name(match: re.Match) -> str:
+        ref = refs.get(int(match.group(1)))
+        if ref is None:
+            return match.group(0)
+        return f"job {ref.name}" if ref.visible else "a job of another team"
+
+    return _JOB_ID.sub(name, event.text)
+
+
+def _value(value: Any) -> str:
+    if value is None or value == "":
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def change_lines(changes: dict | None) -> list[str]:
+    """A configuration change, one line a field: `capacity_limits: ml.p5.48xlarge 4 -> 6`,
+    `quota_shares: added nlp, removed vision`, `strategy: LEND -> LEND_AND_BORROW`. Empty unless changed."""
+    if not changes or changes.get("action") != "changed":
+        return []
+    before, after = changes.get("before") or {}, changes.get("after") or {}
+    lines = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) or isinstance(new, dict):
+            old, new = old or {}, new or {}
+            parts = [
+                f"{name} {_value(old.get(name))} -> {_value(new.get(name))}"
+                for name in sorted(set(old) | set(new))
+                if old.get(name) != new.get(name)
+            ]
+            lines.append(f"{key}: {', '.join(parts)}")
+        elif isinstance(old, list) or isinstance(new, list):
+            added = sorted(set(new or []) - set(old or []))
+            removed = sorted(set(old or []) - set(new or []))
+            parts = ([f"added {', '.join(added)}"] if added else []) + (
+                [f"removed {', '.join(removed)}"] if removed else []
+            )
+            lines.append(f"{key}: {'; '.join(parts)}")
+        else:
+            lines.append(f"{key}: {_value(old)} -> {_value(new)}")
+    return lines
+
+
+def with_labels(message: str, labels: dict[str, str]) -> str:
+    """A rules message that names fields (`end_time must be after start_time`) with the form's labels
+    instead (`End time must be after start time`)."""
+    starts_with_field = False
+    for name, label in sorted(labels.items(), key=lambda item: -len(item[0])):
+        if "_" in name or message.startswith(f"{name} "):
+            starts_with_field = starts_with_field or message.startswith(f"{name} ")
+            message = re.sub(rf"\b{re.escape(name)}\b", str(label).lower(), message)
+    return message[:1].upper() + message[1:] if starts_with_field else message

@@ -1,0 +1,90 @@
+"""The pages speak words: configuration changes as before -> after, event kinds as words with their code in a
+tooltip, jobs by name, codes spelt one way, and the admin's names of things in plain English."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import reverse
+
+from portal.presenters import change_lines, event_text, kind_words, with_labels
+from scheduling.models import EnvironmentCapacity, InstanceType, JobQueue, QuotaShare, SchedulingPass
+from scheduling.rules import LimitInput
+from scheduling.selectors.events import EventRow
+from scheduling.selectors.visibility import JobRef
+from scheduling.services.configuration import quota_share_update
+from tests.pages.conftest import G5, P4
+
+
+def test_a_capacity_change_shows_before_and_after_on_the_event_log(world, client_for):
+    p4, g5 = InstanceType.objects.get(name=P4), InstanceType.objects.get(name=G5)
+    quota_share_update(
+        share=world.vision,
+        changes={"borrow_limit": 50},
+        limits=[LimitInput(p4, 4), LimitInput(g5, 8)],
+        actor=world.admin,
+    )
+    html = client_for(world.admin).get(reverse("event_log")).content.decode()
+    assert f"capacity_limits: {P4} 6 -&gt; 4" in html
+    assert "borrow_limit: 100 -&gt; 50" in html
+    assert 'title="CONFIG_CHANGED">configuration changed</span>' in html
+
+
+def test_change_lines_name_added_and_removed_entries():
+    changes = {
+        "action": "changed",
+        "before": {"capacity_limits": {"a": 4}, "quota_shares": ["nlp"], "in_share_preemption": False},
+        "after": {
+            "capacity_limits": {"a": 6, "b": 2},
+            "quota_shares": ["vision"],
+            "in_share_preemption": True,
+        },
+    }
+    assert change_lines(changes) == [
+        "capacity_limits: a 4 -> 6, b none -> 2",
+        "in_share_preemption: no -> yes",
+        "quota_shares: added vision; removed nlp",
+    ]
+    assert change_lines({"action": "created", "before": None, "after": {"x": 1}}) == []
+
+
+def test_events_name_jobs_by_name_and_hide_other_teams_jobs():
+    row = EventRow(
+        id=1,
+        kind="PREEMPTED_RECLAIM",
+        created_at=None,
+        job_queue_id=1,
+        share_id=1,
+        share_name="vision",
+        other_share_id=2,
+        other_share_name="speech",
+        job=JobRef(id=42, name="vision-train", share_name="vision"),
+        other_job=JobRef(id=45, name=None, share_name="speech"),
+        instance_type=P4,
+        instances=2,
+        actor=None,
+        text="job 42 of share vision preempted by job 45 of share speech",
+    )
+    assert (
+        event_text(row)
+        == "job vision-train of share vision preempted by a job of another team of share speech"
+    )
+    assert kind_words("PREEMPTED_RECLAIM") == "preempted by a reclaim"
+
+
+def test_rule_messages_use_the_forms_labels():
+    labels = {"end_time": "End time", "start_time": "Start time", "name": "Name"}
+    assert with_labels("end_time must be after start_time", labels) == "End time must be after start time"
+    assert with_labels("ml.p4d.24xlarge x9 can never run", labels) == "ml.p4d.24xlarge x9 can never run"
+
+
+def test_strategies_and_orderings_are_spelt_as_codes_everywhere(world, client_for):
+    assert QuotaShare.Strategy.LEND_AND_BORROW.label == "LEND_AND_BORROW"
+    assert JobQueue.Ordering.BEST_EFFORT_FIFO.label == "BEST_EFFORT_FIFO"
+    html = client_for(world.admin).get(reverse("manage_share_edit", args=[world.vision.pk])).content.decode()
+    assert ">LEND_AND_BORROW</option>" in html and "Lend And Borrow" not in html
+
+
+def test_the_admin_names_things_in_plain_english():
+    assert SchedulingPass._meta.verbose_name_plural == "scheduling passes"
+    assert EnvironmentCapacity._meta.verbose_name_plural == "environment capacities"
+    assert all(not model._meta.verbose_name_plural.endswith("ss") for model in admin.site._registry)
