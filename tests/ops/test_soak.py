@@ -261,3 +261,21 @@ def test_a_short_soak_passes_with_three_workers(tmp_path):
     assert result["passes"] >= 10 and result["replay_change_points"] >= 20
     assert set(result["jobs"]) <= {"SUCCEEDED", "FAILED", "CANCELLED"}  # drained
     print(run.stdout)
+
+
+def test_histories_through_a_graceful_stop_pass_and_a_placement_while_stopping_does_not():
+    closed, open_ = attempt(1, P5, 1, 0, 5), attempt(1, P5, 1, 6)
+    graceful = ["SUBMITTED", "ADMITTED", "STARTED", "PREEMPTED_RECLAIM", "STOPPING"]
+    assert history_violations({"id": 1, "status": "STOPPING"}, graceful, [open_]) == []
+    assert history_violations({"id": 1, "status": "RUNNABLE"}, [*graceful, "STOPPED"], [closed]) == []
+    assert (
+        history_violations(
+            {"id": 1, "status": "RUNNING"}, [*graceful, "STOPPED", "ADMITTED", "STARTED"], [closed, open_]
+        )
+        == []
+    )
+    lost = ["SUBMITTED", "ADMITTED", "STARTED", "EXECUTOR_LOST"]
+    assert history_violations({"id": 1, "status": "RUNNABLE"}, lost, [closed]) == []
+
+    broken = history_violations({"id": 1, "status": "SCHEDULED"}, [*graceful, "ADMITTED"], [closed, open_])
+    assert any("duplicate placement" in message for message in broken)

@@ -108,7 +108,12 @@ LIFECYCLE_KINDS = {
     "PREEMPTED_RECLAIM",
     "PREEMPTED_IN_SHARE",
     "PREEMPTED_LIMIT_REDUCED",
+    "STOPPING",
+    "STOPPED",
+    "EXECUTOR_LOST",
 }
+# A job asked to stop gracefully keeps its placement (STOPPING) until STOPPED or EXECUTOR_LOST.
+STOPPED_KINDS = {"STOPPED", "EXECUTOR_LOST"}
 STOP_KINDS = {
     "SUCCEEDED",
     "FAILED",
@@ -123,6 +128,8 @@ LAST_EVENT_FOR_STATUS = {
     JobStatus.RUNNABLE: {
         "SUBMITTED",
         "FAILED",
+        "STOPPED",
+        "EXECUTOR_LOST",
         "PLAN_EXPIRING",
         "PREEMPTED_RECLAIM",
         "PREEMPTED_IN_SHARE",
@@ -131,9 +138,10 @@ LAST_EVENT_FOR_STATUS = {
     JobStatus.SCHEDULED: {"ADMITTED"},
     JobStatus.STARTING: {"ADMITTED"},
     JobStatus.RUNNING: {"STARTED"},
+    JobStatus.STOPPING: {"STOPPING"},
     JobStatus.SUCCEEDED: {"SUCCEEDED"},
-    JobStatus.FAILED: {"FAILED"},
-    JobStatus.CANCELLED: {"CANCELLED"},
+    JobStatus.FAILED: {"FAILED", "STOPPED", "EXECUTOR_LOST"},
+    JobStatus.CANCELLED: {"CANCELLED", "STOPPED"},
 }
 
 
@@ -321,7 +329,9 @@ def history_violations(job: dict, events: list[str], attempts: list[dict]) -> li
             placed = True
         elif kind == "STARTED" and not placed:
             broken.append(f"{name}: STARTED while not placed")
-        elif kind in STOP_KINDS:
+        elif kind == "STOPPING":
+            placed = True  # asked to stop: it holds its instances until it has stopped
+        elif kind in STOP_KINDS or kind in STOPPED_KINDS:
             placed = False
     open_attempts = [a for a in attempts if a["stopped_at"] is None]
     if job["status"] in HOLDING_STATUSES:
