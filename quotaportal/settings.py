@@ -258,6 +258,12 @@ else:
 PASS_COALESCE_SECONDS = envint(
     "PASS_COALESCE_SECONDS", 0 if CACHE_URL.startswith("locmem") else 120, minimum=0, maximum=3600
 )
+# The beat gives a pass only to queues that changed or have something due (scheduling.passes.due); a queue
+# in which nothing happens still gets one at least this often. 0 passes every queue on every beat, the
+# default with a one-process cache, which the beat cannot read.
+PASS_SETTLED_SECONDS = envint(
+    "PASS_SETTLED_SECONDS", 0 if CACHE_URL.startswith("locmem") else 3600, minimum=0, maximum=86400
+)
 
 # --- request limits -------------------------------------------------------------------------------------
 # Request bodies above this many bytes are refused (413 on the API); a job's payload is at most 64 KiB.

@@ -6,9 +6,11 @@ import logging
 
 from celery import shared_task
 from django.db import OperationalError
+from django.utils import timezone
 
 from scheduling.models import JobQueue, ServiceEnvironment, State
-from scheduling.passes.requests import pass_waiting_clear
+from scheduling.passes.due import queues_needing_pass
+from scheduling.passes.requests import pass_send, pass_waiting_clear
 from scheduling.passes.run import queue_pass_run
 from scheduling.services import demo, executor, history
 
@@ -43,11 +45,11 @@ def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
 
 @shared_task(acks_late=True, ignore_result=True)
 def run_all_passes() -> int:
-    """The beat: enqueue a pass for every queue (a disabled queue still gets its housekeeping and reasons)."""
-    queue_ids = list(JobQueue.objects.values_list("pk", flat=True))
-    for queue_id in queue_ids:
-        run_queue_pass.delay(queue_id, "beat")
-    return len(queue_ids)
+    """The beat: enqueue a pass for every queue that changed or has something due (`scheduling.passes.due`;
+    a disabled queue too: its housekeeping and reasons), unless one already waits in the broker."""
+    queue_ids = JobQueue.objects.order_by("pk").values_list("pk", flat=True)
+    needing = queues_needing_pass(queue_ids, now=timezone.now())
+    return sum(pass_send(job_queue_id=queue_id, trigger="beat") for queue_id in needing)
 
 
 @shared_task(

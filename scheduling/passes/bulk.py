@@ -1,7 +1,10 @@
 """The bulk SQL a pass writes with: UPDATE, DELETE and INSERT of many rows in a fixed number of statements.
 
-COPY on PostgreSQL, executemany or bulk_create elsewhere. Each runs on the caller's connection, inside the
-caller's transaction (a pass holds its queue's row lock meanwhile).
+COPY on PostgreSQL; elsewhere (SQLite, the embedded default) one small parameterised statement run through
+`executemany`, which the driver prepares once and steps through every row: one statement whatever the number
+of rows, never one per 999 values (SQLite's variable limit, which `bulk_create` and `IN (...)` lists split
+on). Each runs on the caller's connection, inside the caller's transaction (a pass holds its queue's row lock
+meanwhile).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from django.db import connection
 from django.db.models import JSONField, Model
 
 _staging_names = itertools.count()
+_PLAIN = frozenset((int, str, float, bool))
 
 
 def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, dict]) -> None:
@@ -49,15 +53,16 @@ def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, 
             cursor.execute(f"DROP TABLE {staging}")
         return
     assignments = ", ".join(f"{qn(name)} = %s" for name in fields)
+    value = _driver_values()
     with connection.cursor() as cursor:
         cursor.executemany(
             f"UPDATE {table} SET {assignments} WHERE id = %s",
-            [[*(_db_value(rows[row_id][name]) for name in fields), row_id] for row_id in ids],
+            [[*(value(rows[row_id][name]) for name in fields), row_id] for row_id in ids],
         )
 
 
 def rows_delete(model: type[Model], ids: list[int]) -> None:
-    """DELETE many rows by primary key: one statement on PostgreSQL, chunks under SQLite's variable limit."""
+    """DELETE many rows by primary key in one statement: `= ANY(array)` on PostgreSQL, executemany elsewhere."""
     if not ids:
         return
     table = connection.ops.quote_name(model._meta.db_table)
@@ -66,9 +71,7 @@ def rows_delete(model: type[Model], ids: list[int]) -> None:
         if connection.vendor == "postgresql":
             cursor.execute(f"DELETE FROM {table} WHERE {pk} = ANY(%s)", [ids])
             return
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({', '.join(['%s'] * len(chunk))})", chunk)
+        cursor.executemany(f"DELETE FROM {table} WHERE {pk} = %s", [(row_id,) for row_id in sorted(ids)])
 
 
 def rows_insert(model: type[Model], rows: list[dict]) -> None:
@@ -78,19 +81,35 @@ def rows_insert(model: type[Model], rows: list[dict]) -> None:
     """
     if not rows:
         return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
-        return
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
     first = rows[0]
     concrete = [f for f in model._meta.concrete_fields if not f.primary_key or f.attname in first]
     defaults = [(f.attname, f.get_default()) for f in concrete]
     with connection.cursor() as cursor:
-        copy_rows(
-            cursor,
-            connection.ops.quote_name(model._meta.db_table),
-            tuple(f.column for f in concrete),
-            ([row.get(name, default) for name, default in defaults] for row in rows),
-            json_at=[i for i, f in enumerate(concrete) if isinstance(f, JSONField)],
+        if connection.vendor == "postgresql":
+            copy_rows(
+                cursor,
+                table,
+                tuple(f.column for f in concrete),
+                ([row.get(name, default) for name, default in defaults] for row in rows),
+                json_at=[i for i, f in enumerate(concrete) if isinstance(f, JSONField)],
+            )
+            return
+        # bulk_create would split the rows into batches of 999 values and build a model instance per row.
+        json_at = [i for i, f in enumerate(concrete) if isinstance(f, JSONField)]
+        value = _driver_values()
+        values = []
+        for row in rows:
+            line = [value(row.get(name, default)) for name, default in defaults]
+            for i in json_at:
+                if line[i] is not None:
+                    line[i] = json.dumps(line[i])
+            values.append(line)
+        cursor.executemany(
+            f"INSERT INTO {table} ({', '.join(qn(f.column) for f in concrete)}) "
+            f"VALUES ({', '.join(['%s'] * len(concrete))})",
+            values,
         )
 
 
@@ -113,11 +132,25 @@ def copy_rows(cursor, table: str, columns: tuple[str, ...], rows, *, json_at: li
         connection.queries_log.append({"sql": sql, "time": f"{time.perf_counter() - started:.3f}"})
 
 
-def _db_value(value):
-    if isinstance(value, list | dict):
-        return json.dumps(value)  # a JSONField's value, as Django would store it
-    if isinstance(value, str):
-        return str(value)  # TextChoices members become plain strings for the driver
-    if isinstance(value, datetime) and connection.vendor != "postgresql":
-        return connection.ops.adapt_datetimefield_value(value)
+def _driver_values():
+    """A converter of values to what the driver takes, outside PostgreSQL: plain strings (a TextChoices member
+    is a str subclass), datetimes as the backend stores them, each distinct datetime adapted once (most of a
+    pass's are its `now`)."""
+    adapt = connection.ops.adapt_datetimefield_value
+    adapted: dict[datetime, object] = {}
+
+    def value(item):
+        if item is None or type(item) in _PLAIN:
+            return item
+        if isinstance(item, list | dict):
+            return json.dumps(item)  # a JSONField's value, as Django would store it
+        if isinstance(item, str):
+            return str(item)
+        if isinstance(item, datetime):
+            found = adapted.get(item)
+            if found is None:
+                found = adapted[item] = adapt(item)
+            return found
+        return item
+
     return value

@@ -20,9 +20,11 @@ from django.utils import timezone
 
 import engine
 from engine import types as et
+from engine.due import next_pass_due
 from scheduling.models import JobQueue, SchedulingPass
+from scheduling.passes.due import pass_due_forget, pass_due_record
 from scheduling.passes.histogram import pass_histogram_observe
-from scheduling.passes.snapshot import snapshot_load
+from scheduling.passes.snapshot import JOB_COLUMNS, snapshot_load
 from scheduling.passes.stops import stops_settle
 from scheduling.passes.work import work_changed
 from scheduling.passes.write import decisions_log, decisions_write, usage_sample
@@ -48,6 +50,7 @@ class PassOutcome:
     engine_ms: float
     record: SchedulingPass
     decisions: et.Decisions
+    due: datetime | None  # when the queue next needs a pass if nothing changes (`engine.due`)
 
 
 @contextmanager
@@ -74,10 +77,13 @@ def queue_pass_run(*, job_queue_id: int, trigger: str = "beat") -> PassResult:
     Takes the queue lock itself: the caller holds no lock (and no transaction that has written anything).
     """
     started = time.perf_counter()
+    pass_due_forget(job_queue_id)  # before the read: a change committed from now on marks the queue again
     with _collector_paused(), transaction.atomic():
         queue = queue_lock(job_queue_id)
         now = timezone.now()
         outcome = pass_execute(job_queue=queue, now=now, trigger=trigger, started=started)
+    # Once the decisions are visible (at once, unless a caller's transaction is still open).
+    transaction.on_commit(lambda: pass_due_record(job_queue_id, outcome.due, now=now))
     logger.info(
         "pass queue=%s trigger=%s admitted=%d preempted=%d duration_ms=%.1f",
         queue.name,
@@ -138,4 +144,19 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         engine_ms=engine_ms,
         record=record,
         decisions=decisions,
+        due=_earliest(next_pass_due(snap, decisions), _lease_expiry(index)),
     )
+
+
+_LEASE = JOB_COLUMNS.index("lease_expires_at")
+
+
+def _lease_expiry(index) -> datetime | None:
+    """The first lease of a taken job to run out: a pass then finds it EXECUTOR_LOST, whatever else is due."""
+    leases = [row[_LEASE] for row in index.jobs.values() if row[_LEASE] is not None]
+    return min(leases, default=None)
+
+
+def _earliest(*moments: datetime | None) -> datetime | None:
+    known = [moment for moment in moments if moment is not None]
+    return min(known, default=None)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling.models import EnvironmentCapacity, Event, EventKind, Membership, TrainingPlan
-from tests.api.support import P4, P5, placed
+from scheduling.models import EnvironmentCapacity, Event, EventKind, Job, Membership, TrainingPlan
+from tests.api.support import P4, P5, placed, submission
 from tests.factories import (
     InstanceTypeFactory,
     JobQueueFactory,
@@ -147,3 +150,28 @@ def test_list_query_count_does_not_grow_with_items(
     body = response.json()
     items = body["jobs"] if "jobs" in body else body["results"]
     assert len(items) >= min(n, 50)
+
+
+def queue_holding(world, n: int) -> None:
+    """n unfinished jobs in the queue (copies of one, written at once: the count is what matters here)."""
+    job = job_in(world.vision, [(P4, 1)], name="seed")
+    copies = []
+    for i in range(n - 1):
+        job.pk, job.name = None, f"j{i}"
+        copies.append(copy.copy(job))
+    Job.objects.bulk_create(copies, batch_size=500)
+
+
+def submission_statements(world, client_for, n: int) -> int:
+    queue_holding(world, n)
+    client = client_for(world.users["ana"])
+    with CaptureQueriesContext(connection) as captured:
+        response = client.post("/api/v1/jobs/", submission(name=f"into-{n}"), format="json")
+    assert response.status_code == 201, response.content
+    return len(captured)
+
+
+def test_a_submission_issues_the_same_statements_into_a_queue_of_10_or_1000_jobs(world, client_for):
+    small = submission_statements(world, client_for, 10)
+    large = submission_statements(world, client_for, 1_000)
+    assert small == large <= 25

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from unittest import mock
 
 import pytest
+from django.core.cache import cache
+from django.utils import timezone
 
 from scheduling import rules, tasks
 from scheduling.models import Job, JobStatus, SchedulingPass
+from scheduling.passes import due
+from scheduling.passes import run as passes
 from scheduling.services import jobs as job_services
 from tests.factories import (
     InstanceTypeFactory,
@@ -97,11 +102,16 @@ def test_a_request_the_broker_refused_does_not_block_the_next(nlp, settings):
     assert delay.call_count == 2
 
 
-def test_autopass_off_enqueues_nothing(nlp, django_capture_on_commit_callbacks):
+def test_autopass_off_enqueues_nothing_but_marks_the_queue_for_the_beat(
+    nlp, settings, django_capture_on_commit_callbacks
+):
+    settings.PASS_SETTLED_SECONDS = 3600
     user = MembershipFactory(team=nlp.team).user
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        submit(nlp, user)
-    assert callbacks == []
+    with mock.patch.object(tasks.run_queue_pass, "delay") as delay:
+        with django_capture_on_commit_callbacks(execute=True):
+            submit(nlp, user)
+    assert delay.call_count == 0
+    assert cache.get(due.pass_dirty_key(nlp.job_queue_id)) is not None
 
 
 def test_pass_task_runs_a_pass_and_tolerates_a_deleted_queue(nlp):
@@ -122,3 +132,136 @@ def test_beat_enqueues_a_pass_per_queue(nlp):
     with mock.patch.object(tasks.run_queue_pass, "delay") as delay:
         assert tasks.run_all_passes.apply().get() == 1
     delay.assert_called_once_with(nlp.job_queue_id, "beat")
+
+
+@pytest.fixture
+def beat(settings):
+    """The beat as deployed with a shared cache: settled queues are skipped."""
+    settings.PASS_SETTLED_SECONDS = 3600
+    settings.PASS_COALESCE_SECONDS = 0
+
+    def run(at=None) -> list[int]:
+        with mock.patch.object(tasks.run_queue_pass, "delay") as delay:
+            if at is None:
+                tasks.run_all_passes.apply().get()
+            else:
+                with mock.patch.object(tasks.timezone, "now", return_value=at):
+                    tasks.run_all_passes.apply().get()
+        return [call.args[0] for call in delay.call_args_list]
+
+    return run
+
+
+@pytest.fixture
+def settle(django_capture_on_commit_callbacks):
+    """A pass, committed: its due time is recorded once its transaction commits."""
+
+    def run(job_queue_id: int) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            passes.queue_pass_run(job_queue_id=job_queue_id, trigger="test")
+
+    return run
+
+
+def test_beat_passes_a_queue_no_pass_has_settled_yet(nlp, beat):
+    assert beat() == [nlp.job_queue_id]
+
+
+def test_beat_gives_a_settled_queue_no_pass(nlp, beat, settle):
+    user = MembershipFactory(team=nlp.team).user
+    submit(nlp, user)
+    settle(nlp.job_queue_id)
+    assert beat() == []
+    assert beat(at=timezone.now() + timedelta(minutes=59)) == []
+
+
+def test_beat_passes_a_settled_queue_again_after_pass_settled_seconds(nlp, beat, settle):
+    settle(nlp.job_queue_id)
+    cache.delete(due.pass_due_key(nlp.job_queue_id))  # what the record's expiry does after an hour
+    assert beat() == [nlp.job_queue_id]
+
+
+def test_beat_passes_a_queue_when_a_pending_timeout_falls_due(nlp, beat, settle):
+    user = MembershipFactory(team=nlp.team).user
+    full = submit(nlp, user, "full")
+    Job.objects.filter(pk=full.pk).update(max_pending_seconds=None)
+    settle(nlp.job_queue_id)
+    waiting = job_services.job_submit(
+        user=user,
+        submission=job_services.JobSubmission(
+            name="waits",
+            job_queue=nlp.job_queue,
+            quota_share=nlp,
+            instance_preferences=[rules.PreferenceInput(InstanceTypeFactory(name=P5), 4)],
+            max_pending_seconds=600,
+        ),
+    )[0]
+    settle(nlp.job_queue_id)
+    waiting.refresh_from_db()
+    assert waiting.status == JobStatus.RUNNABLE
+    deadline = waiting.runnable_since + timedelta(seconds=600)
+    assert beat(at=deadline - timedelta(seconds=5)) == []
+    assert beat(at=deadline + timedelta(seconds=1)) == [nlp.job_queue_id]
+
+
+def test_a_submission_marks_a_settled_queue_for_the_beat(
+    nlp, beat, settle, django_capture_on_commit_callbacks
+):
+    settle(nlp.job_queue_id)
+    other = JobQueueFactory(name="other")
+    settle(other.pk)
+    assert beat() == []
+    user = MembershipFactory(team=nlp.team).user
+    with django_capture_on_commit_callbacks(execute=True):
+        submit(nlp, user)
+    assert beat() == [nlp.job_queue_id]
+    settle(nlp.job_queue_id)
+    assert beat() == []
+
+
+def test_a_change_committed_during_a_pass_is_not_forgotten(nlp, beat, settle):
+    user = MembershipFactory(team=nlp.team).user
+    execute = passes.pass_execute
+
+    def submission_meanwhile(**kwargs):
+        outcome = execute(**kwargs)
+        due.pass_dirty_mark(nlp.job_queue_id)  # what a submission committing now does
+        return outcome
+
+    submit(nlp, user)
+    with mock.patch.object(passes, "pass_execute", submission_meanwhile):
+        settle(nlp.job_queue_id)
+    assert beat() == [nlp.job_queue_id]
+
+
+def test_beat_passes_every_queue_when_the_cache_does_not_answer(nlp, beat, settle):
+    settle(nlp.job_queue_id)
+    with mock.patch.object(due.cache, "get_many", side_effect=ConnectionError("cache down")):
+        assert beat() == [nlp.job_queue_id]
+
+
+def test_pass_settled_seconds_zero_passes_every_queue_on_every_beat(nlp, beat, settings, settle):
+    settle(nlp.job_queue_id)
+    settings.PASS_SETTLED_SECONDS = 0
+    assert beat() == beat() == [nlp.job_queue_id]
+
+
+def test_beat_sends_no_second_pass_while_one_waits_in_the_broker(nlp, beat, settings):
+    settings.PASS_COALESCE_SECONDS = 120
+    assert beat() == [nlp.job_queue_id]
+    assert beat() == []  # the first still waits: it will read whatever the second would have
+
+
+def test_beat_passes_a_queue_when_the_lease_of_a_taken_job_runs_out(nlp, beat, settle):
+    user = MembershipFactory(team=nlp.team).user
+    job = submit(nlp, user, "taken")
+    settle(nlp.job_queue_id)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SCHEDULED
+    lease = timezone.now() + timedelta(minutes=5)
+    Job.objects.filter(pk=job.pk).update(
+        taken_at=timezone.now(), lease_expires_at=lease
+    )  # an executor took it
+    settle(nlp.job_queue_id)
+    assert beat(at=lease - timedelta(seconds=5)) == []
+    assert beat(at=lease + timedelta(seconds=1)) == [nlp.job_queue_id]

@@ -8,14 +8,20 @@ measures, and deletes it again. Figures, each the median of --repeat runs:
 - pass: the whole pass (lock, load, engine, bulk writes, pass record), rolled back after each run so every run
   decides on the same state, taking turns with the engine and the floor; then "steady" passes after the first
   one has committed, when most reasons stand (each rolled back too);
-- queries: the SQL statements of one pass, at the full size and at a tenth of it.
+- queries: the SQL statements of one pass, at the full size and at a tenth of it, and the engine's time at
+  a tenth (same repeat, same run) to show how it grows;
+- memory: the Python allocations of one more pass (tracemalloc: peak, and what is alive when the writes
+  begin, by line), untimed, and the process's peak resident size.
 """
 
 from __future__ import annotations
 
 import logging
+import resource
 import statistics
+import sys
 import time
+import tracemalloc
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
@@ -54,14 +60,16 @@ class Command(BaseCommand):
     help = "Time one scheduling pass (engine, full pass, floor, query count) on a synthetic busy queue."
 
     def add_arguments(self, parser):
-        parser.add_argument("--runnable", type=int, default=10_000)
+        # --jobs: the issue's word for the RUNNABLE jobs (`--jobs 100000 --placed 20000`, ten times the default)
+        parser.add_argument("--runnable", "--jobs", dest="runnable", type=int, default=10_000)
         parser.add_argument("--placed", type=int, default=2_000)
         parser.add_argument("--shares", type=int, default=20)
         parser.add_argument("--types", type=int, default=5)
         parser.add_argument("--repeat", type=int, default=7)
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the traced pass")
 
-    def handle(self, *args, runnable, placed, shares, types, repeat, seed, **options):
+    def handle(self, *args, runnable, placed, shares, types, repeat, seed, memory, **options):
         if not 1 <= shares <= 20 or not 1 <= types <= 8 or runnable < 1 or placed < 0 or repeat < 1:
             raise CommandError(
                 "need 1 <= --shares <= 20, 1 <= --types <= 8, --runnable >= 1, --placed >= 0, --repeat >= 1"
@@ -80,17 +88,27 @@ class Command(BaseCommand):
                 placed=placed // 10,
                 shares=shares,
                 types=types,
-                repeat=1,
+                repeat=repeat,
                 seed=seed,
             )
             bench_cleanup()
             full = self.measure(
-                runnable=runnable, placed=placed, shares=shares, types=types, repeat=repeat, seed=seed
+                runnable=runnable,
+                placed=placed,
+                shares=shares,
+                types=types,
+                repeat=repeat,
+                seed=seed,
+                memory=memory,
             )
         finally:
             bench_cleanup()
         rows = [
             ("engine decision time", f"{full['engine_s']:.3f} s"),
+            (
+                f"engine at a tenth ({small['jobs']} jobs)",
+                f"{small['engine_s']:.3f} s  (full size: {full['engine_s'] / small['engine_s']:.1f}x)",
+            ),
             ("floor: read the same rows once", f"{full['floor_s']:.3f} s"),
             (
                 "full pass (first, writes every reason)",
@@ -109,11 +127,20 @@ class Command(BaseCommand):
                 f"{full['queries']} at {runnable + placed} jobs, {small['queries']} at {small['jobs']} jobs",
             ),
         ]
+        if memory:
+            rows += [
+                ("pass memory: Python peak (tracemalloc)", f"{full['peak_mb']:.0f} MB"),
+                ("process peak RSS (setup included)", f"{peak_rss_mb():.0f} MB"),
+            ]
         width = max(len(label) for label, _ in rows)
         for label, value in rows:
             self.stdout.write(f"  {label.ljust(width)}  {value}")
+        if memory:
+            self.stdout.write("  alive when the writes begin, by line (tracemalloc):")
+            for line in full["top"]:
+                self.stdout.write(f"    {line}")
 
-    def measure(self, *, runnable, placed, shares, types, repeat, seed) -> dict:
+    def measure(self, *, runnable, placed, shares, types, repeat, seed, memory=False) -> dict:
         snap = synthetic.build_synthetic_snapshot(
             runnable=runnable, placed=placed, shares=shares, types=types, seed=seed
         )
@@ -148,7 +175,10 @@ class Command(BaseCommand):
                     raise _Rollback
             except _Rollback:
                 pass
+        peak_mb, top = traced_pass(queue) if memory else (0.0, [])
         return {
+            "peak_mb": peak_mb,
+            "top": top,
             "jobs": runnable + placed,
             "engine_s": statistics.median(engine_times),
             "floor_s": statistics.median(floor_times),
@@ -159,6 +189,43 @@ class Command(BaseCommand):
             "preempted": len(decisions.preemptions),
             "pending": len(decisions.pending),
         }
+
+
+def traced_pass(queue: JobQueue) -> tuple[float, list[str]]:
+    """One more pass (rolled back) under tracemalloc: its peak in MB, and the largest allocations alive when the
+    writes begin (snapshot, index and decisions all held then), by line."""
+    taken = {}
+    decisions_write = passes.decisions_write
+
+    def write_traced(**kwargs):
+        taken["snapshot"] = tracemalloc.take_snapshot()
+        return decisions_write(**kwargs)
+
+    passes.decisions_write = write_traced
+    tracemalloc.start()
+    try:
+        with transaction.atomic():
+            passes.queue_pass_run(job_queue_id=queue.pk, trigger="bench")
+            raise _Rollback
+    except _Rollback:
+        pass
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        passes.decisions_write = decisions_write
+    stats = taken["snapshot"].statistics("lineno")
+    top = [
+        f"{stat.size / 2**20:7.1f} MB  {stat.count:>9,} blocks  "
+        f"{stat.traceback[0].filename.rsplit('site-packages/', 1)[-1]}:{stat.traceback[0].lineno}"
+        for stat in stats[:8]
+    ]
+    return peak / 2**20, top
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident size (ru_maxrss is in kB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def read_floor(queue: JobQueue) -> float:

@@ -1,0 +1,307 @@
+"""Many queues under the real beat and Celery workers: which get a pass, and what an idle one costs.
+
+Writes `--queues` small queues (a few shares, tens of jobs each, under a `benchq-` prefix) into the configured
+database (a scratch one), starts `--workers` Celery workers (one process each, `--pool solo`) and the beat on
+the configured broker, and measures, from the SchedulingPass rows the workers write:
+- cold: every queue has no record yet, so one beat sends a pass for each: passes per second until all ran;
+- idle: nothing changes for `--idle` seconds: passes run, and the workers' CPU (utime + stime of their
+  processes), per idle queue per hour;
+- dirty: `--dirty` queues get a submission each (QUOTAPORTAL_AUTOPASS=0 in the benchmark's own process, so
+  only the beat can notice): how long until each has had its pass, against the beat interval;
+- the beat's own cost: `run_all_passes` timed in this process over the settled queues (median of 20).
+Then stops the processes it started and deletes its rows.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from scheduling import rules
+from scheduling.models import (
+    EnvironmentCapacity,
+    Event,
+    InstanceType,
+    Job,
+    JobPreference,
+    JobQueue,
+    Membership,
+    QuotaShare,
+    SchedulingPass,
+    ServiceEnvironment,
+    ShareCapacityLimit,
+    Team,
+)
+from scheduling.services import jobs as job_services
+from tools.guard import require_scratch_database
+
+PREFIX = "benchq-"
+TYPES = ("ml.p5.48xlarge", "ml.g5.12xlarge")
+
+
+class Command(BaseCommand):
+    help = "1,000 queues, the beat and 3 workers: passes per second, the beat's cost, an idle queue's CPU."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--queues", type=int, default=1000)
+        parser.add_argument("--shares", type=int, default=3, help="shares per queue")
+        parser.add_argument("--jobs", type=int, default=30, help="jobs per queue")
+        parser.add_argument("--workers", type=int, default=3)
+        parser.add_argument("--idle", type=float, default=60.0, help="seconds of the idle window")
+        parser.add_argument("--dirty", type=int, default=100, help="queues that get a submission")
+
+    def handle(self, *args, queues, shares, jobs, workers, idle, dirty, **options):
+        require_scratch_database()
+        if connection.vendor != "postgresql" or not settings.CELERY_BROKER_URL.startswith("redis://"):
+            raise CommandError(
+                "needs PostgreSQL (DATABASE_URL) and a Redis broker (CELERY_BROKER_URL=redis://...)"
+            )
+        if not settings.PASS_SETTLED_SECONDS:
+            raise CommandError("PASS_SETTLED_SECONDS is 0: the beat would pass every queue on every beat")
+        interval = settings.PASS_INTERVAL_SECONDS
+        settings.QUOTAPORTAL_AUTOPASS = False  # this process's submissions: only the beat may notice them
+        from quotaportal.celery import app
+
+        app.control.purge()
+        cleanup()
+        log_dir = Path(tempfile.mkdtemp(prefix="bench-queues-"))
+        started = time.perf_counter()
+        queue_ids, user = build(queues=queues, shares=shares, jobs=jobs)
+        self.stdout.write(
+            f"{queues} queues x {shares} shares x {jobs} jobs written in {time.perf_counter() - started:.1f} s; "
+            f"{workers} workers, beat every {interval} s; logs in {log_dir}"
+        )
+        processes = start(workers=workers, log_dir=log_dir)
+        try:
+            since = timezone.now()
+            begun = time.perf_counter()
+            self.wait_for_passes(queue_ids, since, len(queue_ids), timeout=600, processes=processes)
+            cold = time.perf_counter() - begun
+            cold_passes = passes_since(queue_ids, since)
+            self.stdout.write(
+                f"  cold: {cold_passes} passes in {cold:.1f} s = {cold_passes / cold:.0f} passes/s"
+            )
+            time.sleep(2 * interval)  # the confirming passes after preemptions settle
+
+            since = timezone.now()
+            cpu_before = cpu_seconds(processes["workers"])
+            time.sleep(idle)
+            cpu_idle = cpu_seconds(processes["workers"]) - cpu_before
+            idle_passes = passes_since(queue_ids, since)
+            per_queue_hour = cpu_idle / len(queue_ids) * 3600 / idle
+            self.stdout.write(
+                f"  idle {idle:.0f} s: {idle_passes} passes over {len(queue_ids)} queues; workers' CPU "
+                f"{cpu_idle:.2f} s = {per_queue_hour * 1000:.1f} ms per idle queue per hour"
+            )
+
+            chosen = queue_ids[:: max(1, len(queue_ids) // dirty)][:dirty]
+            since = timezone.now()
+            for queue_id in chosen:
+                submit(queue_id, user)
+            begun = time.perf_counter()
+            self.wait_for_passes(chosen, since, len(chosen), timeout=120, processes=processes)
+            drained = time.perf_counter() - begun
+            others = passes_since([q for q in queue_ids if q not in set(chosen)], since)
+            self.stdout.write(
+                f"  dirty: {len(chosen)} queues with a submission all passed {drained:.1f} s later "
+                f"(beat interval {interval} s); {others} passes on the other queues meanwhile"
+            )
+        finally:
+            stop(processes)
+        beat_costs = []
+        from unittest import mock
+
+        from scheduling import tasks
+
+        with mock.patch.object(tasks.run_queue_pass, "delay"):
+            for _ in range(20):
+                begun = time.perf_counter()
+                tasks.run_all_passes()
+                beat_costs.append(time.perf_counter() - begun)
+        self.stdout.write(
+            f"  the beat's own cost per interval (run_all_passes over {len(queue_ids)} settled queues): "
+            f"{statistics.median(beat_costs) * 1000:.1f} ms (median of 20)"
+        )
+        cleanup()
+
+    def wait_for_passes(self, queue_ids, since, count, *, timeout, processes) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = (
+                SchedulingPass.objects.filter(job_queue_id__in=queue_ids, started_at__gte=since)
+                .values("job_queue_id")
+                .distinct()
+                .count()
+            )
+            if done >= count:
+                return
+            for process in [*processes["workers"], processes["beat"]]:
+                if process.poll() is not None:
+                    raise CommandError(f"a Celery process exited with {process.returncode}")
+            time.sleep(0.2)
+        raise CommandError(f"only {done} of {count} queues had a pass within {timeout} s")
+
+
+def passes_since(queue_ids, since) -> int:
+    return SchedulingPass.objects.filter(job_queue_id__in=queue_ids, started_at__gte=since).count()
+
+
+def cpu_seconds(processes) -> float:
+    """utime + stime of these processes (Linux /proc), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for process in processes:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def start(*, workers: int, log_dir: Path) -> dict:
+    env = {**os.environ, "QUOTAPORTAL_AUTOPASS": "0"}
+    python = sys.executable
+    started = {"workers": []}
+    for i in range(workers):
+        started["workers"].append(
+            subprocess.Popen(
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "quotaportal",
+                    "worker",
+                    "--pool",
+                    "solo",
+                    "-n",
+                    f"benchq{i}@%h",
+                ]
+                + ["--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+                env=env,
+                stdout=open(log_dir / f"worker{i}.log", "w"),  # noqa: SIM115 (closed with the process)
+                stderr=subprocess.STDOUT,
+            )
+        )
+    started["beat"] = subprocess.Popen(
+        [python, "-m", "celery", "-A", "quotaportal", "beat", "--loglevel", "WARNING"]
+        + ["--schedule", str(log_dir / "beat-schedule")],
+        env=env,
+        stdout=open(log_dir / "beat.log", "w"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )
+    return started
+
+
+def stop(processes: dict) -> None:
+    everyone = [*processes["workers"], processes["beat"]]
+    for process in everyone:
+        process.terminate()
+    for process in everyone:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@transaction.atomic
+def build(*, queues: int, shares: int, jobs: int):
+    """The queues, each: its environment, `shares` shares (half its capacity each), `jobs` RUNNABLE jobs."""
+    types = [InstanceType.objects.get_or_create(name=name, defaults={"gpu_count": 8})[0] for name in TYPES]
+    team = Team.objects.create(name=f"{PREFIX}team", slug=f"{PREFIX}team")
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create(username=f"{PREFIX}user")
+    Membership.objects.create(team=team, user=user, role=Membership.Role.MEMBER)
+    environments = ServiceEnvironment.objects.bulk_create(
+        [ServiceEnvironment(name=f"{PREFIX}env-{i}", executor="external") for i in range(queues)]
+    )
+    EnvironmentCapacity.objects.bulk_create(
+        [
+            EnvironmentCapacity(service_environment=e, instance_type=t, max_capacity=8)
+            for e in environments
+            for t in types
+        ]
+    )
+    rows = JobQueue.objects.bulk_create(
+        [JobQueue(name=f"{PREFIX}{i}", service_environment=e) for i, e in enumerate(environments)]
+    )
+    share_rows = QuotaShare.objects.bulk_create(
+        [
+            QuotaShare(name=f"s{j}", job_queue=q, team=team, strategy="LEND_AND_BORROW")
+            for q in rows
+            for j in range(shares)
+        ]
+    )
+    ShareCapacityLimit.objects.bulk_create(
+        [
+            ShareCapacityLimit(quota_share=s, instance_type=t, max_capacity=4)
+            for s in share_rows
+            for t in types
+        ]
+    )
+    now = timezone.now()
+    job_rows = Job.objects.bulk_create(
+        [
+            Job(
+                name=f"j{k}",
+                job_queue_id=s.job_queue_id,
+                job_queue_name=f"{PREFIX}q",
+                quota_share=s,
+                quota_share_name=s.name,
+                team=team,
+                created_at=now,
+                runnable_since=now,
+                status="RUNNABLE",
+                max_pending_seconds=None if k % 3 else 86400,
+            )
+            for s in share_rows
+            for k in range(jobs // shares)
+        ],
+        batch_size=2000,
+    )
+    JobPreference.objects.bulk_create(
+        [
+            JobPreference(job=j, position=0, instance_type=types[j.pk % 2], instance_count=1 + j.pk % 2)
+            for j in job_rows
+        ],
+        batch_size=2000,
+    )
+    return [q.pk for q in rows], user
+
+
+def submit(queue_id: int, user) -> None:
+    queue = JobQueue.objects.get(pk=queue_id)
+    share = QuotaShare.objects.filter(job_queue=queue).first()
+    job_services.job_submit(
+        user=user,
+        submission=job_services.JobSubmission(
+            name="late",
+            job_queue=queue,
+            quota_share=share,
+            instance_preferences=[rules.PreferenceInput(InstanceType.objects.get(name=TYPES[0]), 1)],
+        ),
+    )
+
+
+def cleanup() -> None:
+    with transaction.atomic():
+        queues = JobQueue.objects.filter(name__startswith=PREFIX)
+        Event.objects.filter(team__slug__startswith=PREFIX).delete()
+        Job.objects.filter(job_queue__in=queues).delete()
+        QuotaShare.objects.filter(job_queue__in=queues).delete()
+        queues.delete()
+        ServiceEnvironment.objects.filter(name__startswith=PREFIX).delete()
+        Membership.objects.filter(team__slug__startswith=PREFIX).delete()
+        Team.objects.filter(slug__startswith=PREFIX).delete()
+        from django.contrib.auth import get_user_model
+
+        get_user_model().objects.filter(username__startswith=PREFIX).delete()
