@@ -837,7 +837,8 @@ class Command(BaseCommand):
             self.stats.violation(message)
 
     def _external_executor(self, base: str, world: dict, stop: threading.Event) -> None:
-        """Reports progress on the external queue as an executor would: STARTING, RUNNING, an outcome."""
+        """Reports progress on the external queue as an executor would: STARTING, RUNNING, an outcome, and
+        STOPPED for a job asked to stop."""
         session = requests.Session()
         session.headers["Authorization"] = f"Token {world['executor_token']}"
         rng = random.Random(self.options["seed"])
@@ -853,7 +854,7 @@ class Command(BaseCommand):
     def _external_round(
         self, session, base: str, rng: random.Random, running_since: dict[int, float]
     ) -> None:
-        for status in ("SCHEDULED", "STARTING", "RUNNING"):
+        for status in ("SCHEDULED", "STARTING", "RUNNING", "STOPPING"):
             listing = self._call(
                 session,
                 "executor-list",
@@ -865,7 +866,10 @@ class Command(BaseCommand):
                 continue
             for job in listing.json()["results"]:
                 url = f"{base}/api/v1/jobs/{job['id']}/report/"
-                if status == "SCHEDULED":
+                if status == "STOPPING":  # asked to stop (a preemption, a drain or a cancel): it has stopped
+                    self._call(session, "report", "POST", url, {"status": "STOPPED"}, expected={200, 409})
+                    running_since.pop(job["id"], None)
+                elif status == "SCHEDULED":
                     self._call(session, "report", "POST", url, {"status": "STARTING"}, expected={200, 409})
                 elif status == "STARTING":
                     self._call(session, "report", "POST", url, {"status": "RUNNING"}, expected={200, 409})
