@@ -38,6 +38,7 @@ from functools import cached_property
 from pathlib import Path
 
 import requests
+from celery import Celery
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
@@ -544,7 +545,7 @@ class Command(BaseCommand):
         env = self._child_env(broker)
         self._start_services(env, port)
         base = f"http://127.0.0.1:{port}"
-        self._wait_ready(base)
+        self._wait_ready(base, broker=env["CELERY_BROKER_URL"], queue_ids=world["queue_ids"])
         started_at = timezone.now()
 
         stop = threading.Event()
@@ -711,7 +712,7 @@ class Command(BaseCommand):
             time.sleep(0.25)
         raise CommandError(f"{what} not ready within {seconds} s; logs in {self.log_dir}")
 
-    def _wait_ready(self, base: str) -> None:
+    def _wait_ready(self, base: str, *, broker: str, queue_ids: list[int]) -> None:
         def web_ready():
             try:
                 return requests.get(f"{base}/healthz", timeout=2).status_code == 200
@@ -720,6 +721,11 @@ class Command(BaseCommand):
 
         self._wait(web_ready, 60, "gunicorn")
         since = timezone.now()
+        # The beat passes only queues that changed or have something due, and the set-up's own passes may
+        # have settled them: ask the workers for one pass per queue through the broker, as a change would.
+        with Celery(broker=broker) as app:
+            for queue_id in queue_ids:
+                app.send_task("scheduling.tasks.run_queue_pass", args=[queue_id, "soak"])
         self._wait(
             lambda: SchedulingPass.objects.filter(started_at__gte=since).exists(),
             60,
