@@ -384,6 +384,12 @@ class PendingState(models.Model):
     job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="pending")
     status_reason = models.TextField()
     queue_position = models.PositiveIntegerField()
+    # SPEC 3.5, written off the pass's hot path by `scheduling.services.estimates` (null until the first
+    # estimate after the pass wrote the row; both times null with a basis saying why when it never starts).
+    estimated_earliest = models.DateTimeField(null=True, blank=True)
+    estimated_latest = models.DateTimeField(null=True, blank=True)
+    estimate_basis = models.TextField(blank=True, default="")
+    estimated_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"job {self.job_id} #{self.queue_position}: {self.status_reason}"
