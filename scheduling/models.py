@@ -372,6 +372,18 @@ class Job(models.Model):
         waiting = self.waiting
         return waiting.queue_position if waiting is not None else None
 
+    @property
+    def estimated_start(self) -> dict | None:
+        """SPEC 3.5: {earliest, latest, basis} of a RUNNABLE job once an estimate run has reached it, else None."""
+        waiting = self.waiting
+        if waiting is None or waiting.estimated_at is None:
+            return None
+        return {
+            "earliest": waiting.estimated_earliest,
+            "latest": waiting.estimated_latest,
+            "basis": waiting.estimate_basis,
+        }
+
 
 class PendingState(models.Model):
     """Why a RUNNABLE job waits and its place in its share's queue, as the last pass found them.

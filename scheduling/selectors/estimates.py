@@ -58,17 +58,17 @@ def runtime_expectations(*, job_queue: JobQueue) -> Expectations:
     return Expectations(declared=declared, learned=learned, queue=queue, **fields)
 
 
-def start_if_submitted_now(
-    *,
-    job_queue: JobQueue,
-    quota_share_id: int,
-    entries: list[et.Entry],
-    priority: int,
-    duration_seconds: int | None,
-    now: datetime,
-) -> Estimate:
-    """When a job with these fields would likely start if submitted now: a what-if of one job added to the
+def start_if_submitted_now(*, submission, now: datetime) -> Estimate:
+    """When a validated `JobSubmission` would likely start if submitted now: a what-if of one job added to the
     queue's snapshot, cut off after ESTIMATE_WHATIF_SECONDS (10 queries: the snapshot's 8, the expectations' 2)."""
+    job_queue = submission.job_queue
+    entries = [
+        et.Entry(p.instance_type.name, p.instance_count, p.training_plan.name if p.training_plan else None)
+        for p in submission.instance_preferences
+    ]
+    quota_share_id = submission.quota_share.pk
+    priority = submission.scheduling_priority
+    duration_seconds = submission.duration_seconds
     snapshot, _index = snapshot_load(job_queue=job_queue, now=now)
     expectations = runtime_expectations(job_queue=job_queue)
     newcomer = et.Job(
