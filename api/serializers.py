@@ -266,7 +266,7 @@ class PreferenceSerializer(StrictSerializer):
 class EstimatedStartSerializer(serializers.Serializer):
     earliest = serializers.DateTimeField(allow_null=True, help_text="likely start; null: it never starts")
     latest = serializers.DateTimeField(
-        allow_null=True, help_text="the start if jobs ahead run long (their p90)"
+        allow_null=True, help_text="the start if the jobs ahead run long (their upper quartile)"
     )
     basis = serializers.CharField(help_text="one line: what the start waits for")
 

@@ -4,8 +4,9 @@ Runtimes are learned from the queue's recent SUCCEEDED jobs as the time they hel
 stopped, the same clock a placed job's elapsed time is read on), by share and type, then by type for the
 whole queue, then over the whole queue; the pure estimator (`simulator.estimate`) gets them as quantile
 tables. Why quantiles and not a mean: GPU job runtimes are heavy-tailed (a few week-long runs among many
-short ones), so a mean is pulled far past what most jobs do; the median is what a job "likely" does, the
-p90 bounds it for `latest`, and a table lets a running job be expected to end at the median of the runs that
+short ones), so a mean is pulled far past what most jobs do; quantiles are not, and the estimator reads
+the quartiles (`simulator.estimate.TYPICAL`); a table also lets a running job be expected to end at the
+quantile of the runs that
 lasted as long as it already has.
 """
 
