@@ -24,7 +24,7 @@ from engine.order import queue_key
 
 from .config import Configuration
 from .estimate import Expectations, estimate
-from .simulation import Kind, Simulation, SimJob
+from .simulation import Kind, SimJob, Simulation
 
 NOISE_SIGMA = 0.5
 WAITED_FOR_FRACTION = 600.0  # errors as a fraction of the wait only for jobs that waited longer than this
@@ -183,3 +183,25 @@ def _baseline(snapshot: Snapshot, declared: dict[int, float]) -> dict[int, tuple
         for position, job in enumerate(sorted(queue, key=queue_key), start=1):
             guesses[job.id] = (now + position * mean, now + position * max(mean, p90))
     return guesses
+
+
+def backtest_table(results: Sequence[Backtest]) -> str:
+    """One line per configuration and method: jobs, errors in minutes and as a fraction of the wait, coverage."""
+    header = (
+        f"{'configuration':<22} {'method':<9} {'jobs':>6} {'median min':>10} {'p90 min':>9} "
+        f"{'median/wait':>11} {'p90/wait':>9} {'in band':>8}"
+    )
+    lines = [header]
+    for result in results:
+        for method, figures in (("estimate", result.estimate), ("baseline", result.baseline)):
+            lines.append(
+                f"{result.configuration:<22} {method:<9} {figures['jobs']:>6} "
+                f"{figures['median_minutes']:>10.1f} {figures['p90_minutes']:>9.1f} "
+                f"{figures['median_fraction']:>11.2f} {figures['p90_fraction']:>9.2f} "
+                f"{figures['coverage']:>8.0%}"
+            )
+        lines.append(
+            f"{'':<22} {result.snapshots} snapshots, {result.never} started jobs estimated never or beyond the "
+            f"horizon, {result.seconds:.1f} s estimating"
+        )
+    return "\n".join(lines)
