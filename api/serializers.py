@@ -263,6 +263,14 @@ class PreferenceSerializer(StrictSerializer):
     )
 
 
+class EstimatedStartSerializer(serializers.Serializer):
+    earliest = serializers.DateTimeField(allow_null=True, help_text="likely start; null: it never starts")
+    latest = serializers.DateTimeField(
+        allow_null=True, help_text="the start if the jobs ahead run long (their upper quartile)"
+    )
+    basis = serializers.CharField(help_text="one line: what the start waits for")
+
+
 class AttemptSerializer(serializers.ModelSerializer):
     instance_type = NameField("instance type", read_only=True)
     training_plan = NameField("training plan", read_only=True)
@@ -308,6 +316,11 @@ class JobSerializer(StrictModelSerializer):
         allow_null=True,
         help_text="RUNNABLE: its place in its share's queue at the last pass (1 = next); otherwise null",
     )
+    estimated_start = EstimatedStartSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="RUNNABLE: when it is likely to start if no other job arrives (SPEC 3.5); otherwise null",
+    )
     attempts = AttemptSerializer(many=True, read_only=True)
 
     class Meta:
@@ -334,6 +347,7 @@ class JobSerializer(StrictModelSerializer):
             "selected_training_plan",
             "borrowed_instances",
             "queue_position",
+            "estimated_start",
             "preemption_count",
             "attempt",
             "stop_deadline",
@@ -571,6 +585,7 @@ class SnapshotJobSerializer(serializers.ModelSerializer):
     team = NameField("team", slug_field="slug", read_only=True)
     status_reason = serializers.CharField(source="current_reason", read_only=True)
     queue_position = serializers.IntegerField(read_only=True, allow_null=True)
+    estimated_start = EstimatedStartSerializer(read_only=True, allow_null=True)
 
     class Meta:
         model = Job
@@ -582,6 +597,7 @@ class SnapshotJobSerializer(serializers.ModelSerializer):
             "scheduling_priority",
             "queue_position",
             "status_reason",
+            "estimated_start",
             "created_at",
         ]
 

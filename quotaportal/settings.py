@@ -201,6 +201,12 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 QUOTAPORTAL_AUTOPASS = envbool("QUOTAPORTAL_AUTOPASS", True)
 PLAN_DRAIN_SECONDS = envint("PLAN_DRAIN_SECONDS", 1800, minimum=0)
 PASS_INTERVAL_SECONDS = envint("PASS_INTERVAL_SECONDS", 5, minimum=1, maximum=3600)
+# Estimated start times (SPEC 3.5): at most one estimate run per queue this often, after passes that changed
+# something; each run stops after ESTIMATE_TIME_LIMIT_SECONDS (jobs it did not reach get "not before")
+ESTIMATE_INTERVAL_SECONDS = envint("ESTIMATE_INTERVAL_SECONDS", 30, minimum=1, maximum=86_400)
+ESTIMATE_TIME_LIMIT_SECONDS = envint("ESTIMATE_TIME_LIMIT_SECONDS", 20, minimum=1, maximum=600)
+# The submit form's "if submitted now" estimate is cut off after this many seconds
+ESTIMATE_WHATIF_SECONDS = envint("ESTIMATE_WHATIF_SECONDS", 2, minimum=1, maximum=60)
 SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0)
 # How long the simulated executor takes to stop a STOPPING job (a checkpoint and exit), so demos show STOPPING.
 SIMULATED_STOP_SECONDS = envint("SIMULATED_STOP_SECONDS", 3, minimum=0)

@@ -457,6 +457,18 @@ class Job(models.Model):
         waiting = self.waiting
         return waiting.queue_position if waiting is not None else None
 
+    @property
+    def estimated_start(self) -> dict | None:
+        """SPEC 3.5: {earliest, latest, basis} of a RUNNABLE job once an estimate run has reached it, else None."""
+        waiting = self.waiting
+        if waiting is None or waiting.estimated_at is None:
+            return None
+        return {
+            "earliest": waiting.estimated_earliest,
+            "latest": waiting.estimated_latest,
+            "basis": waiting.estimate_basis,
+        }
+
 
 class PendingState(models.Model):
     """Why a RUNNABLE job waits and its place in its share's queue, as the last pass found them.
@@ -469,6 +481,12 @@ class PendingState(models.Model):
     job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="pending")
     status_reason = models.TextField()
     queue_position = models.PositiveIntegerField()
+    # SPEC 3.5, written off the pass's hot path by `scheduling.services.estimates` (null until the first
+    # estimate after the pass wrote the row; both times null with a basis saying why when it never starts).
+    estimated_earliest = models.DateTimeField(null=True, blank=True)
+    estimated_latest = models.DateTimeField(null=True, blank=True)
+    estimate_basis = models.TextField(blank=True, default="")
+    estimated_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"job {self.job_id} #{self.queue_position}: {self.status_reason}"

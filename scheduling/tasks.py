@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
@@ -12,7 +13,7 @@ from scheduling.models import JobQueue, ServiceEnvironment, State
 from scheduling.passes.due import queues_needing_pass
 from scheduling.passes.requests import pass_send, pass_waiting_clear
 from scheduling.passes.run import queue_pass_run
-from scheduling.services import demo, executor, history
+from scheduling.services import demo, estimates, executor, history
 
 logger = logging.getLogger("quotaportal.scheduling")
 
@@ -34,6 +35,10 @@ def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
         except JobQueue.DoesNotExist:  # deleted between the check above and the pass taking its row lock
             pass
         else:
+            changed = result.admitted or result.preempted or trigger != "beat"
+            if changed and estimates.estimate_due(job_queue_id=job_queue_id):
+                # Trailing edge: the run sees every change of the interval that the mark opened.
+                estimate_queue.apply_async((job_queue_id,), countdown=settings.ESTIMATE_INTERVAL_SECONDS)
             return {
                 "job_queue_id": job_queue_id,
                 "admitted": len(result.admitted),
@@ -41,6 +46,14 @@ def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
             }
     logger.info("pass skipped: queue %s was deleted while the pass waited in the broker", job_queue_id)
     return {"job_queue_id": job_queue_id, "skipped": "queue no longer exists"}
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=120, time_limit=180)
+def estimate_queue(job_queue_id: int) -> int:
+    """Estimated start times of one queue's RUNNABLE jobs (SPEC 3.5), off the pass's hot path."""
+    if not JobQueue.objects.filter(pk=job_queue_id).exists():
+        return 0
+    return estimates.queue_estimates_refresh(job_queue_id=job_queue_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -10,6 +10,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from portal.forms.errors import add_submission_errors
@@ -27,7 +28,7 @@ from portal.forms.jobs import (
 from portal.params import int_param
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
 from scheduling.errors import Conflict, DomainError, NotAllowed
-from scheduling.selectors import events, jobs
+from scheduling.selectors import estimates, events, jobs
 from scheduling.services import jobs as job_services
 
 # --- the list -----------------------------------------------------------------------------------------------
@@ -146,8 +147,16 @@ def job_new_rows(request):
 def job_new_validate(request):
     """htmx: every field's error slot, filled by the same rules as a submission; creates nothing."""
     form, formset = _job_forms(request, request.POST)
-    _check_submission(request, form, formset)
-    return render(request, "portal/partials/job_form_errors.html", {"form": form, "formset": formset})
+    checked = _check_submission(request, form, formset)
+    estimate = None
+    if checked is not None:
+        submission, _rows = checked
+        estimate = estimates.start_if_submitted_now(submission=submission, now=timezone.now())
+    return render(
+        request,
+        "portal/partials/job_form_errors.html",
+        {"form": form, "formset": formset, "estimate": estimate},
+    )
 
 
 # --- one job ------------------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ def test_job_body_has_exactly_the_fields_of_the_spec(world, client_for):
         "selected_training_plan",
         "borrowed_instances",
         "queue_position",
+        "estimated_start",
         "preemption_count",
         "attempt",
         "stop_deadline",

@@ -91,6 +91,7 @@ def test_snapshot_lists_runnable_jobs_in_scheduling_order(world, client_for):
         "scheduling_priority",
         "queue_position",
         "status_reason",
+        "estimated_start",
         "created_at",
     }
     assert (body["jobs"][0]["quota_share"], body["jobs"][0]["team"]) == ("vision", "vision")

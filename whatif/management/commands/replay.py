@@ -28,6 +28,7 @@ from simulator import (
     load_configurations,
 )
 from simulator import philly as philly_mapping
+from simulator.backtest import NOISE_SIGMA, backtest, backtest_table
 from simulator.report import (
     COMPARISON_HEADER,
     SHARE_HEADER,
@@ -114,6 +115,21 @@ class Command(BaseCommand):
             action="store_true",
             help="time 1, 2 and 4 weeks from --start and print seconds per 1,000 jobs",
         )
+        estimates = parser.add_argument_group("estimated start times (backtest)")
+        estimates.add_argument(
+            "--estimates",
+            action="store_true",
+            help="backtest the estimated start times: estimate from snapshots of each replay and compare",
+        )
+        estimates.add_argument(
+            "--estimate-every", type=float, default=6.0, help="hours between snapshots (default 6)"
+        )
+        estimates.add_argument(
+            "--estimate-noise",
+            type=float,
+            default=NOISE_SIGMA,
+            help="lognormal sigma of the noise on the runtimes the estimator is told (default %(default)s)",
+        )
         out = parser.add_argument_group("output")
         out.add_argument("--json", type=Path, help="write the metrics as JSON")
         out.add_argument("--charts", type=Path, help="write SVG charts into this directory")
@@ -154,6 +170,9 @@ class Command(BaseCommand):
             return
         start, end = self.window(options)
         configs, jobs_for, credit = self.inputs(options, start, end)
+        if options["estimates"]:
+            self.backtest_estimates(configs, jobs_for, start, end, options)
+            return
         replays = self.replay(configs, jobs_for, start, end, options)
         self.print_report(replays, options, start, end)
         # The files by name and content, never by where they lay: the JSON is committed, and is the same on
@@ -178,6 +197,29 @@ class Command(BaseCommand):
         if options["charts"]:
             for path in write_charts(options["charts"], replays, credit=credit):
                 self.stdout.write(f"wrote {path}")
+
+    def backtest_estimates(self, configs, jobs_for, start, end, options) -> None:
+        if start is None or end is None:
+            raise CommandError("--estimates needs a window: give --start and --days")
+        results = [
+            backtest(
+                config,
+                jobs_for(config),
+                start=start.timestamp(),
+                end=end.timestamp(),
+                every=options["estimate_every"] * 3600,
+                sigma=options["estimate_noise"],
+                seed=options["seed"],
+                pass_interval=options["pass_interval"],
+            )
+            for config in configs
+        ]
+        self.stdout.write(
+            f"estimated start times from a snapshot every {options['estimate_every']:g} h; runtimes told to the "
+            f"estimator with lognormal noise sigma {options['estimate_noise']:g} (seed {options['seed']}); "
+            f"errors over the wait for jobs that waited > 10 min"
+        )
+        self.stdout.write(backtest_table(results))
 
     def window(self, options) -> tuple[datetime | None, datetime | None]:
         if options["history"]:
