@@ -115,10 +115,26 @@ class CapacityLimitSerializer(StrictSerializer):
     max_capacity = serializers.IntegerField(min_value=0, max_value=2_147_483_647)
 
 
+class ShareCapacityLimitSerializer(CapacityLimitSerializer):
+    lending_limit = serializers.IntegerField(
+        min_value=0,
+        max_value=2_147_483_647,
+        required=False,
+        allow_null=True,
+        help_text=(
+            "most of max_capacity a LEND or LEND_AND_BORROW share lends when idle; the rest it keeps. "
+            "null or absent = lends all of it"
+        ),
+    )
+
+
 def limit_inputs(data: list[Mapping] | None) -> list[rules.LimitInput] | None:
     if data is None:
         return None
-    return [rules.LimitInput(limit["instance_type"], limit["max_capacity"]) for limit in data]
+    return [
+        rules.LimitInput(limit["instance_type"], limit["max_capacity"], limit.get("lending_limit"))
+        for limit in data
+    ]
 
 
 class InstanceTypeSerializer(StrictModelSerializer):
@@ -174,14 +190,24 @@ class JobQueueSerializer(StrictModelSerializer):
 
     class Meta:
         model = JobQueue
-        fields = ["id", "name", "priority", "state", "service_environment", "ordering"]
+        fields = [
+            "id",
+            "name",
+            "priority",
+            "state",
+            "service_environment",
+            "ordering",
+            "idle_capacity_assignment",
+            "preemption_min_runtime_seconds",
+        ]
 
 
 class QuotaShareSerializer(StrictModelSerializer):
     job_queue = NameField("job queue", queryset=JobQueue.objects.all())
     team = NameField("team", slug_field="slug", queryset=Team.objects.all())
-    capacity_limits = CapacityLimitSerializer(
-        many=True, help_text="1 to 5 limits, one per instance type, max_capacity >= 1; written whole"
+    capacity_limits = ShareCapacityLimitSerializer(
+        many=True,
+        help_text="1 to 5 limits, one per instance type, max_capacity >= 1, optional lending_limit; written whole",
     )
 
     class Meta:
@@ -195,6 +221,7 @@ class QuotaShareSerializer(StrictModelSerializer):
             "strategy",
             "borrow_limit",
             "in_share_preemption",
+            "fair_share_weight",
             "state",
         ]
         # Name uniqueness in the queue is one of rules.validate_quota_share's checks, not a second validator.

@@ -71,7 +71,7 @@ def _rows(formsets) -> list[dict[str, Any]]:
 
 def _limits(formsets) -> list[rules.LimitInput]:
     return [
-        rules.LimitInput(row["instance_type"], row["max_capacity"])
+        rules.LimitInput(row["instance_type"], row["max_capacity"], row.get("lending_limit"))
         for row in _rows(formsets)
         if row.get("instance_type")
     ]
@@ -255,8 +255,16 @@ class ServiceEnvironmentAdmin(ServiceAdmin):
 
 @admin.register(JobQueue)
 class JobQueueAdmin(ServiceAdmin):
-    list_display = ("name", "priority", "state", "service_environment", "ordering")
-    list_filter = ("state", "ordering")
+    list_display = (
+        "name",
+        "priority",
+        "state",
+        "service_environment",
+        "ordering",
+        "idle_capacity_assignment",
+        "preemption_min_runtime_seconds",
+    )
+    list_filter = ("state", "ordering", "idle_capacity_assignment")
 
     def service_update(self, request, obj, form, formsets) -> models.Model:
         return config_services.job_queue_update(job_queue=obj, changes=_fields(form), actor=request.user)
@@ -279,7 +287,16 @@ class ShareCapacityLimitInline(admin.TabularInline):
 
 @admin.register(QuotaShare)
 class QuotaShareAdmin(ServiceAdmin):
-    list_display = ("name", "job_queue", "team", "strategy", "borrow_limit", "in_share_preemption", "state")
+    list_display = (
+        "name",
+        "job_queue",
+        "team",
+        "strategy",
+        "borrow_limit",
+        "in_share_preemption",
+        "fair_share_weight",
+        "state",
+    )
     list_filter = ("job_queue", "strategy", "state")
     search_fields = ("name", "team__name")
     inlines = [ShareCapacityLimitInline]

@@ -25,7 +25,10 @@ def add_errors(form: forms.Form, exc: ValidationError) -> None:
     """Put a rules/services ValidationError on the form's fields. A key naming a group of fields the form
     shows together (`capacity_limits`) goes to `form.group_errors`; any other unknown key is a form error."""
     groups = getattr(form, "error_groups", ())
+    field_for_error = getattr(form, "field_for_error", None)
     for key, messages in error_dict(exc).items():
+        if field_for_error is not None:
+            key = field_for_error(key)
         if key in groups:
             form.group_errors.setdefault(key, []).extend(messages)
             continue

@@ -216,6 +216,7 @@ def share_limits_check(request, share_id: int | None = None):
         if borrow_limit is None:
             borrow_limit = -1
         types = {type_.pk: type_ for type_ in form.instance_types}
+        lending = form.proposed_lending_limits()
         try:
             rules.validate_quota_share(
                 share=share,
@@ -223,7 +224,9 @@ def share_limits_check(request, share_id: int | None = None):
                 name=request.POST.get("name", ""),
                 strategy=request.POST.get("strategy", ""),
                 borrow_limit=borrow_limit,
-                limits=[rules.LimitInput(types[t], n) for t, n in form.proposed_limits().items()],
+                limits=[
+                    rules.LimitInput(types[t], n, lending.get(t)) for t, n in form.proposed_limits().items()
+                ],
             )
         except ValidationError as exc:
             live_errors = error_dict(exc)
