@@ -19,6 +19,7 @@ from scheduling import rules
 from scheduling.models import (
     MAX_PREFERENCES,
     Event,
+    IdleCapacityAssignment,
     InstanceType,
     Job,
     JobAttempt,
@@ -590,8 +591,14 @@ class QueueSnapshotSerializer(serializers.Serializer):
     job_queue = serializers.CharField()
     state = serializers.ChoiceField(choices=State.choices)
     taken_at = serializers.DateTimeField()
+    idle_capacity_assignment = serializers.ChoiceField(
+        choices=IdleCapacityAssignment.choices,
+        help_text="FAIR_SHARE: among over-limit heads, the lowest dominant borrowed share per weight first",
+    )
     runnable_count = serializers.IntegerField(help_text="RUNNABLE jobs of the queue's enabled shares")
-    jobs = SnapshotJobSerializer(many=True, help_text="up to 100 RUNNABLE jobs, in scheduling order")
+    jobs = SnapshotJobSerializer(
+        many=True, help_text="up to 100 RUNNABLE jobs, in scheduling order (FAIR_SHARE order included)"
+    )
     shares = ShareUsageSerializer(many=True)
     instance_types = TypeUsageSerializer(many=True)
     plans = PlanUsageSerializer(many=True)

@@ -29,7 +29,8 @@ def share_segments(row):
             ("owned", row.usage - row.borrowed),
             ("borrowed", row.borrowed),
             ("lent", row.lent),
-            ("idle", row.idle),
+            ("idle", row.idle - row.kept),
+            ("kept", row.kept),
         ],
         max(row.limit, row.usage),
     )
