@@ -128,6 +128,13 @@ class ShareCapacityLimitSerializer(CapacityLimitSerializer):
         ),
     )
 
+    def to_representation(self, instance):
+        # SPEC 1: absent = the share lends all of it, so a limit without one reads as it was written.
+        data = super().to_representation(instance)
+        if data.get("lending_limit") is None:
+            data.pop("lending_limit", None)
+        return data
+
 
 def limit_inputs(data: list[Mapping] | None) -> list[rules.LimitInput] | None:
     if data is None:

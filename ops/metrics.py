@@ -61,7 +61,8 @@ class QuotaportalCollector(Collector):
             "Instances in use on a training plan",
             labels=["queue", "training_plan", "instance_type"],
         )
-        for queue in JobQueue.objects.select_related("service_environment").order_by("name"):
+        queues = list(JobQueue.objects.select_related("service_environment").order_by("name"))
+        for queue in queues:
             summary = queue_usage(job_queue=queue)
             for share in summary.shares:
                 pending.add_metric([queue.name, share.name], share.pending)
@@ -79,7 +80,7 @@ class QuotaportalCollector(Collector):
                 )
         yield from (usage, limit, borrowed, lent, pending, capacity, plan_use)
         yield self._lending_limits()
-        yield self._protected_jobs()
+        yield self._protected_jobs(queues)
         yield self._preemptions()
         yield from self._pass_durations()
 
@@ -100,14 +101,14 @@ class QuotaportalCollector(Collector):
             gauge.add_metric([queue, share, instance_type], lending_limit)
         return gauge
 
-    def _protected_jobs(self) -> GaugeMetricFamily:
+    def _protected_jobs(self, queues: list[JobQueue]) -> GaugeMetricFamily:
         gauge = GaugeMetricFamily(
             "quotaportal_share_protected_jobs",
             "Placed on-demand jobs still within the queue's preemption_min_runtime_seconds",
             labels=["queue", "share"],
         )
         now = timezone.now()
-        for queue in JobQueue.objects.filter(preemption_min_runtime_seconds__gt=0).order_by("name"):
+        for queue in (queue for queue in queues if queue.preemption_min_runtime_seconds > 0):
             since = now - timedelta(seconds=queue.preemption_min_runtime_seconds)
             counts = (
                 Job.objects.filter(

@@ -14,6 +14,7 @@ from django.db import models
 from scheduling import rules
 from scheduling.errors import DomainError
 from scheduling.models import (
+    OPTIONAL_SETTINGS,
     EnvironmentCapacity,
     Event,
     InstanceType,
@@ -78,13 +79,23 @@ def _limits(formsets) -> list[rules.LimitInput]:
 
 
 def _fields(form, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {name: value for name, value in form.cleaned_data.items() if name not in leave_out}
+    return {
+        name: value
+        for name, value in form.cleaned_data.items()
+        if name not in leave_out and not (name in OPTIONAL_SETTINGS and value in (None, ""))
+    }
 
 
 class ServiceForm(forms.ModelForm):
     """Checks the fields only, as the services' own field check does: the model's check constraints are
     left to the service, whose rules say which field is at fault and what to do (a constraint names only
     itself)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in OPTIONAL_SETTINGS:
+            if name in self.fields:
+                self.fields[name].required = False
 
     def _post_clean(self):
         full_clean = self.instance.full_clean

@@ -131,6 +131,9 @@ class IdleCapacityAssignment(models.TextChoices):
     FAIR_SHARE = "FAIR_SHARE"
 
 
+# Settings a form may leave out: left blank, they keep the model's default (or the value already saved).
+OPTIONAL_SETTINGS = ("idle_capacity_assignment", "preemption_min_runtime_seconds", "fair_share_weight")
+
 IDLE_CAPACITY_ASSIGNMENT_HELP = (
     "Who gets idle capacity among borrowers: FIFO = earliest submission (AWS); "
     "FAIR_SHARE = the share borrowing least for its fair-share weight."

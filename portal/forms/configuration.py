@@ -13,6 +13,7 @@ from portal.params import MAX_STORED_INT, int_param
 from scheduling import rules
 from scheduling.models import (
     LENDING_LIMIT_HELP,
+    OPTIONAL_SETTINGS,
     InstanceType,
     JobQueue,
     QuotaShare,
@@ -109,6 +110,7 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                 field_classes={"job_queue": IdChoiceField, "team": IdChoiceField},
             )
         )
+        self.fields["fair_share_weight"].required = False
         if share is not None:
             self.fields["job_queue"].disabled = True
             self.fields["job_queue"].help_text = "A share stays in its queue."
@@ -174,7 +176,7 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
         ]
         if self.share is None:
             names.append("job_queue")
-        return {name: self.cleaned_data[name] for name in names}
+        return without_blank_settings({name: self.cleaned_data[name] for name in names})
 
 
 class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
@@ -230,11 +232,26 @@ class JobQueueForm(forms.Form):
                 field_classes={"service_environment": IdChoiceField},
             )
         )
+        for name in OPTIONAL_SETTINGS:
+            if name in self.fields:
+                self.fields[name].required = False
         # An environment serves one queue: offer the free ones, and this queue's own.
         free = ServiceEnvironment.objects.filter(job_queue__isnull=True)
         if job_queue is not None:
             free = free | ServiceEnvironment.objects.filter(pk=job_queue.service_environment_id)
         self.fields["service_environment"].queryset = free.order_by("name")
+
+    def queue_fields(self) -> dict:
+        return without_blank_settings(dict(self.cleaned_data))
+
+
+def without_blank_settings(fields: dict) -> dict:
+    """A setting left blank keeps its default (or its saved value): it is not a change."""
+    return {
+        name: value
+        for name, value in fields.items()
+        if not (name in OPTIONAL_SETTINGS and value in (None, ""))
+    }
 
 
 class TrainingPlanForm(forms.Form):

@@ -60,10 +60,10 @@ def queue_edit(request, queue_id: int | None = None):
             what="queue",
             to="manage_queues",
             create=lambda: config_services.config_object_create(
-                model=JobQueue, fields=form.cleaned_data, actor=request.user
+                model=JobQueue, fields=form.queue_fields(), actor=request.user
             ),
             update=lambda: config_services.job_queue_update(
-                job_queue=queue, changes=form.cleaned_data, actor=request.user
+                job_queue=queue, changes=form.queue_fields(), actor=request.user
             ),
         )
         if saved:
