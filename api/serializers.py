@@ -19,6 +19,7 @@ from scheduling import rules
 from scheduling.models import (
     MAX_PREFERENCES,
     Event,
+    IdleCapacityAssignment,
     InstanceType,
     Job,
     JobAttempt,
@@ -115,10 +116,33 @@ class CapacityLimitSerializer(StrictSerializer):
     max_capacity = serializers.IntegerField(min_value=0, max_value=2_147_483_647)
 
 
+class ShareCapacityLimitSerializer(CapacityLimitSerializer):
+    lending_limit = serializers.IntegerField(
+        min_value=0,
+        max_value=2_147_483_647,
+        required=False,
+        allow_null=True,
+        help_text=(
+            "most of max_capacity a LEND or LEND_AND_BORROW share lends when idle; the rest it keeps. "
+            "null or absent = lends all of it"
+        ),
+    )
+
+    def to_representation(self, instance):
+        # SPEC 1: absent = the share lends all of it, so a limit without one reads as it was written.
+        data = super().to_representation(instance)
+        if data.get("lending_limit") is None:
+            data.pop("lending_limit", None)
+        return data
+
+
 def limit_inputs(data: list[Mapping] | None) -> list[rules.LimitInput] | None:
     if data is None:
         return None
-    return [rules.LimitInput(limit["instance_type"], limit["max_capacity"]) for limit in data]
+    return [
+        rules.LimitInput(limit["instance_type"], limit["max_capacity"], limit.get("lending_limit"))
+        for limit in data
+    ]
 
 
 class InstanceTypeSerializer(StrictModelSerializer):
@@ -174,14 +198,24 @@ class JobQueueSerializer(StrictModelSerializer):
 
     class Meta:
         model = JobQueue
-        fields = ["id", "name", "priority", "state", "service_environment", "ordering"]
+        fields = [
+            "id",
+            "name",
+            "priority",
+            "state",
+            "service_environment",
+            "ordering",
+            "idle_capacity_assignment",
+            "preemption_min_runtime_seconds",
+        ]
 
 
 class QuotaShareSerializer(StrictModelSerializer):
     job_queue = NameField("job queue", queryset=JobQueue.objects.all())
     team = NameField("team", slug_field="slug", queryset=Team.objects.all())
-    capacity_limits = CapacityLimitSerializer(
-        many=True, help_text="1 to 5 limits, one per instance type, max_capacity >= 1; written whole"
+    capacity_limits = ShareCapacityLimitSerializer(
+        many=True,
+        help_text="1 to 5 limits, one per instance type, max_capacity >= 1, optional lending_limit; written whole",
     )
 
     class Meta:
@@ -195,6 +229,7 @@ class QuotaShareSerializer(StrictModelSerializer):
             "strategy",
             "borrow_limit",
             "in_share_preemption",
+            "fair_share_weight",
             "state",
         ]
         # Name uniqueness in the queue is one of rules.validate_quota_share's checks, not a second validator.
@@ -660,8 +695,14 @@ class QueueSnapshotSerializer(serializers.Serializer):
     job_queue = serializers.CharField()
     state = serializers.ChoiceField(choices=State.choices)
     taken_at = serializers.DateTimeField()
+    idle_capacity_assignment = serializers.ChoiceField(
+        choices=IdleCapacityAssignment.choices,
+        help_text="FAIR_SHARE: among over-limit heads, the lowest dominant borrowed share per weight first",
+    )
     runnable_count = serializers.IntegerField(help_text="RUNNABLE jobs of the queue's enabled shares")
-    jobs = SnapshotJobSerializer(many=True, help_text="up to 100 RUNNABLE jobs, in scheduling order")
+    jobs = SnapshotJobSerializer(
+        many=True, help_text="up to 100 RUNNABLE jobs, in scheduling order (FAIR_SHARE order included)"
+    )
     shares = ShareUsageSerializer(many=True)
     instance_types = TypeUsageSerializer(many=True)
     plans = PlanUsageSerializer(many=True)

@@ -275,6 +275,7 @@ def _snapshot_body(snapshot: QueueSnapshot) -> dict:
         "job_queue": snapshot.job_queue.name,
         "state": snapshot.job_queue.state,
         "taken_at": snapshot.taken_at,
+        "idle_capacity_assignment": snapshot.job_queue.idle_capacity_assignment,
         "runnable_count": snapshot.runnable_count,
         "jobs": snapshot.jobs,
         "shares": shares,

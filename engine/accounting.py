@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from engine.ceilings import lends
+from engine.ceilings import lendable_capacity, lends, reserved_capacity
 from engine.types import Strategy
 
 FREE_POOL = 0  # lender id of the capacity no share owns
@@ -26,6 +26,7 @@ class ShareTypeUsage:
     borrowed: int
     lent: int
     idle: int
+    kept: int = 0  # of `idle`, what a lending share keeps beyond its lending limit (never lent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +62,20 @@ def apportion(total: int, weights: Mapping[int, int]) -> dict[int, int]:
 
 
 def lent_of_type(
-    *, capacity: int, limit: Mapping[int, int], used: Mapping[int, int], lenders: Iterable[int]
+    *,
+    capacity: int,
+    limit: Mapping[int, int],
+    used: Mapping[int, int],
+    lenders: Iterable[int],
+    lending_limit: Mapping[int, int] | None = None,
 ) -> tuple[int, dict[int, int]]:
     """What one type's borrowers take from the free pool, and what each lender lends: the free pool first,
-    then the idle capacity of the `lenders` (LEND and LEND_AND_BORROW shares), apportioned."""
+    then the idle capacity of the `lenders` (LEND and LEND_AND_BORROW shares) up to their lending limits,
+    apportioned."""
     total_borrowed = sum(max(0, used[s] - limit[s]) for s in limit)
     from_pool = min(total_borrowed, max(0, capacity - sum(limit.values())))
-    lendable = {s: max(0, limit[s] - used[s]) for s in lenders}
+    lending_limit = lending_limit or {}
+    lendable = {s: lendable_capacity(Strategy.LEND, limit[s], used[s], lending_limit.get(s)) for s in lenders}
     return from_pool, apportion(total_borrowed - from_pool, lendable)
 
 
@@ -77,6 +85,7 @@ def share_usage(
     limits: Mapping[int, Mapping[str, int]],
     strategies: Mapping[int, Strategy | str],
     usage: Mapping[tuple[int, str], int],
+    lending_limits: Mapping[int, Mapping[str, int]] | None = None,
 ) -> tuple[list[ShareTypeUsage], list[Loan], list[TypeUsage]]:
     """Rows per (share, type) for each type a share has a limit on or uses, the loans, and per-type totals."""
     types = sorted(
@@ -93,8 +102,11 @@ def share_usage(
         borrowed = {s: max(0, used[s] - limit[s]) for s in share_ids}
         idle = {s: max(0, limit[s] - used[s]) for s in share_ids}
         total_borrowed = sum(borrowed.values())
-        lenders = [s for s in share_ids if lends(strategies.get(s, Strategy.RESERVE))]
-        from_pool, lent = lent_of_type(capacity=cap, limit=limit, used=used, lenders=lenders)
+        lending = {s: n for s in share_ids if (n := (lending_limits or {}).get(s, {}).get(type_)) is not None}
+        lenders = [s for s in share_ids if lends(strategies.get(s, Strategy.RESERVE), lending.get(s))]
+        from_pool, lent = lent_of_type(
+            capacity=cap, limit=limit, used=used, lenders=lenders, lending_limit=lending
+        )
         sources = {FREE_POOL: from_pool, **{s: n for s, n in lent.items() if n}}
         for borrower in share_ids:
             if borrowed[borrower]:
@@ -112,6 +124,9 @@ def share_usage(
                         borrowed=borrowed[s],
                         lent=lent.get(s, 0),
                         idle=idle[s] - lent.get(s, 0),
+                        kept=kept_idle(
+                            strategies.get(s, Strategy.RESERVE), limit[s], used[s], lending.get(s)
+                        ),
                     )
                 )
         owned = sum(used[s] - borrowed[s] for s in share_ids)
@@ -127,3 +142,10 @@ def share_usage(
             )
         )
     return rows, loans, totals
+
+
+def kept_idle(strategy: Strategy | str, limit: int, used: int, lending_limit: int | None) -> int:
+    """Idle capacity a LEND or LEND_AND_BORROW share keeps beyond its lending limit (0 without one)."""
+    if strategy == Strategy.RESERVE or lending_limit is None:
+        return 0
+    return max(0, reserved_capacity(strategy, limit, lending_limit) - used)

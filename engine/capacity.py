@@ -47,7 +47,7 @@ class Holding:
         self.share = share
         self.instance_type = instance_type
         self.limit = share.limits.get(instance_type, 0)
-        self.reserved = reserved_capacity(share.strategy, self.limit)
+        self.reserved = reserved_capacity(share.strategy, self.limit, share.lending_limits.get(instance_type))
         self.ceiling = share_ceiling(share.strategy, self.limit, share.borrow_limit)
         self.usage = 0
         self.victims: list[Job] = []
@@ -150,6 +150,8 @@ class WorkingState:
         # instances STOPPING jobs hold on it.
         self.stopping_jobs: dict[str, dict[int, Job]] = {}
         self.plan_stopping: dict[str, int] = {}
+        # Set only while a pending reason asks what preemption would take if no job were protected.
+        self.protections_lifted = False
         # (share, plan) -> smallest count known not to fit without preemption (see fit.py).
         self.no_fit = FailureMemo()
         # (share, priority) -> smallest count preemption is known not to make room for (see preemption.py).

@@ -23,14 +23,24 @@ def share_ceiling(strategy: str, limit: int, borrow_limit: int) -> int | None:
     return borrow_cap(limit, borrow_limit)
 
 
-def reserved_capacity(strategy: str, limit: int) -> int:
-    """Idle capacity of a RESERVE share is never lent: reserved(S,T) is its limit, 0 for other strategies."""
-    return limit if strategy == Strategy.RESERVE else 0
+def reserved_capacity(strategy: str, limit: int, lending_limit: int | None = None) -> int:
+    """reserved(S,T): a RESERVE share keeps its whole limit idle, another keeps what it may not lend,
+    `limit - lending_limit` (0 when it lends all of it, `lending_limit` None)."""
+    if strategy == Strategy.RESERVE:
+        return limit
+    return 0 if lending_limit is None else max(0, limit - lending_limit)
 
 
-def lends(strategy: str) -> bool:
-    """LEND and LEND_AND_BORROW shares lend their idle capacity; RESERVE shares never do."""
-    return strategy != Strategy.RESERVE
+def lends(strategy: str, lending_limit: int | None = None) -> bool:
+    """LEND and LEND_AND_BORROW shares lend their idle capacity, unless their lending limit is 0."""
+    return strategy != Strategy.RESERVE and lending_limit != 0
+
+
+def lendable_capacity(strategy: str, limit: int, usage: int, lending_limit: int | None = None) -> int:
+    """What a share lends of a type now: its idle capacity above what it keeps (`reserved_capacity`)."""
+    if not lends(strategy, lending_limit):
+        return 0
+    return max(0, limit - max(usage, reserved_capacity(strategy, limit, lending_limit)))
 
 
 def most_ever_held(strategy: str, limit: int, borrow_limit: int, *, lendable: int) -> int:

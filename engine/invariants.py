@@ -2,7 +2,8 @@
 
 For every instance type T and training plan P:
 - A: sum over shares of usage(S,T) <= capacity(T);
-- B: sum over shares of max(usage(S,T), reserved(S,T)) <= capacity(T) (RESERVE idle capacity is never lent);
+- B: sum over shares of max(usage(S,T), reserved(S,T)) <= capacity(T) (RESERVE idle capacity, and what a
+  share may not lend beyond its lending limit, is never lent);
 - C: RESERVE and LEND shares hold at most their limit, LEND_AND_BORROW at most its borrow cap;
 - D: instances in use on P <= its instance_count, and none outside the window in which P may hold jobs.
 And of a configuration: the limits of a type together fit in its capacity (a limit is a guarantee).
@@ -57,7 +58,8 @@ def share_breaches(
             held = usage.get((share.id, instance_type), 0)
             limit = share.limits.get(instance_type, 0)
             in_use += held
-            in_use_or_reserved += max(held, reserved_capacity(share.strategy, limit))
+            reserved = reserved_capacity(share.strategy, limit, share.lending_limits.get(instance_type))
+            in_use_or_reserved += max(held, reserved)
             ceiling = share_ceiling(share.strategy, limit, share.borrow_limit)
             if ceiling is not None and held > ceiling:
                 breaches.append(Breach(SHARE_CEILING, held, ceiling, instance_type, share=share))

@@ -5,12 +5,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from fractions import Fraction
 
 from .capacity import WorkingState
-from .types import Job, JobStatus, Snapshot
+from .types import IdleCapacityAssignment, Job, JobStatus, Snapshot
 
 QueueKey = tuple[int, datetime, int]
-HeadKey = tuple[int, int, datetime, int]
+HeadKey = tuple[int, int, Fraction, datetime, int]
 
 
 def queue_key(job: Job) -> QueueKey:
@@ -18,9 +19,37 @@ def queue_key(job: Job) -> QueueKey:
     return (-job.priority, job.submitted_at, job.id)
 
 
-def head_key(job: Job, share_under_limit: bool) -> HeadKey:
-    """Across shares: heads of shares under their limit first, then priority, submission time, lower id."""
-    return (0 if share_under_limit else 1, -job.priority, job.submitted_at, job.id)
+def head_key(job: Job, share_under_limit: bool, borrowed_share: Fraction = Fraction(0)) -> HeadKey:
+    """Across shares: heads of shares under their limit first, then priority, then (FAIR_SHARE, over-limit
+    heads only) the lowest dominant borrowed share per weight, then submission time, lower id."""
+    return (0 if share_under_limit else 1, -job.priority, borrowed_share, job.submitted_at, job.id)
+
+
+def lendable_capacity_of_queue(state: WorkingState) -> dict[str, int]:
+    """Per type, what borrowers may ever use: capacity(T) minus what the shares reserve (SPEC 2)."""
+    lendable = {}
+    for instance_type, ledger in state.ledgers.items():
+        reserved = sum(holding.reserved for holding in state.holdings_of_type(instance_type))
+        lendable[instance_type] = max(0, ledger.capacity - reserved)
+    return lendable
+
+
+def dominant_borrowed_share(state: WorkingState, share_id: int, lendable: dict[str, int]) -> Fraction:
+    """FAIR_SHARE: over types, the largest of instances borrowed / the queue's lendable capacity, per weight."""
+    largest = Fraction(0)
+    for instance_type, most in lendable.items():
+        holding = state.holdings.get((share_id, instance_type))
+        if holding is not None and holding.borrowed:
+            largest = max(largest, Fraction(holding.borrowed, max(1, most)))
+    return largest / Fraction(state.shares[share_id].fair_share_weight)
+
+
+def fair_share_of(state: WorkingState) -> Callable[[int], Fraction] | None:
+    """Under FAIR_SHARE, each share's current dominant borrowed share per weight; None under FIFO."""
+    if state.snapshot.idle_capacity_assignment != IdleCapacityAssignment.FAIR_SHARE:
+        return None
+    lendable = lendable_capacity_of_queue(state)
+    return lambda share_id: dominant_borrowed_share(state, share_id, lendable)
 
 
 def share_queues(jobs: Iterable[Job]) -> dict[int, list[Job]]:
@@ -34,13 +63,20 @@ def share_queues(jobs: Iterable[Job]) -> dict[int, list[Job]]:
 class HeadOrder:
     """The share queues' heads, best first (Kueue's "order heads"), kept current as usage changes.
 
-    A share's key changes when its head moves or its under-limit state flips; a stale heap entry is one whose
-    key is no longer the share's current key, and is dropped when popped.
+    A share's key changes when its head moves, its under-limit state flips or (FAIR_SHARE) its borrowing
+    changes, each only through a placement or preemption of its own; a stale heap entry is one whose key is no
+    longer the share's current key, and is dropped when popped.
     """
 
-    def __init__(self, queues: dict[int, list[Job]], share_under_limit: Callable[[int], bool]):
+    def __init__(
+        self,
+        queues: dict[int, list[Job]],
+        share_under_limit: Callable[[int], bool],
+        fair_share: Callable[[int], Fraction] | None = None,
+    ):
         self._queues = queues
         self._share_under_limit = share_under_limit
+        self._fair_share = fair_share
         self._cursor = dict.fromkeys(queues, 0)
         self._key: dict[int, HeadKey | None] = {}
         self._heap: list[tuple[HeadKey, int]] = []
@@ -79,10 +115,16 @@ class HeadOrder:
         if cursor >= len(queue):
             self._key[share_id] = None
             return
-        key = head_key(queue[cursor], self._share_under_limit(share_id))
+        key = self._head_key(queue[cursor], share_id)
         if key != self._key.get(share_id):
             self._key[share_id] = key
             heapq.heappush(self._heap, (key, share_id))
+
+    def _head_key(self, job: Job, share_id: int) -> HeadKey:
+        under_limit = self._share_under_limit(share_id)
+        if under_limit or self._fair_share is None:
+            return head_key(job, under_limit)
+        return head_key(job, under_limit, self._fair_share(share_id))
 
 
 def head_order(snapshot: Snapshot) -> list[Job]:
@@ -97,7 +139,7 @@ def head_order(snapshot: Snapshot) -> list[Job]:
     runnable = [
         job for job in state.jobs if job.status == JobStatus.RUNNABLE and state.shares[job.share_id].enabled
     ]
-    heads = HeadOrder(share_queues(runnable), state.share_under_limit)
+    heads = HeadOrder(share_queues(runnable), state.share_under_limit, fair_share_of(state))
     order = []
     while (job := heads.next_head()) is not None:
         order.append(job)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
 from itertools import chain
 from typing import Protocol
 
@@ -97,6 +99,35 @@ class VictimSet:
         )
 
 
+def protected_until(state: WorkingState, job: Job) -> datetime | None:
+    """A job is no reclaim or in-share victim until it has run preemption_min_runtime_seconds since it was
+    scheduled; when that is still ahead, the moment it ends (None: not protected)."""
+    seconds = state.snapshot.preemption_min_runtime_seconds
+    if seconds <= 0 or state.protections_lifted:
+        return None
+    until = job.placement.scheduled_at + timedelta(seconds=seconds)
+    return until if until > state.now else None
+
+
+@contextmanager
+def protections_lifted(state: WorkingState) -> Iterator[None]:
+    """What preemption could take if no job were protected (for the pending reason, never for a decision)."""
+    state.protections_lifted = True
+    try:
+        yield
+    finally:
+        state.protections_lifted = False
+
+
+def next_candidate(state: WorkingState, holding: Holding, start: int = 0) -> int | None:
+    """The one candidate test: index of the holding's next victim at or after `start` that a preemption may
+    take, still placed and not protected (None when there is none)."""
+    index = state.next_live_victim(holding, start)
+    while index is not None and protected_until(state, holding.victims[index]) is not None:
+        index = state.next_live_victim(holding, index + 1)
+    return index
+
+
 def reclaim_candidates(state: WorkingState, victims: VictimSet) -> Iterator[Job]:
     """Reclaim: jobs of other shares over their limit for the type, whatever their priority, in victim order.
 
@@ -106,7 +137,7 @@ def reclaim_candidates(state: WorkingState, victims: VictimSet) -> Iterator[Job]
     borrowers: dict[int, Holding] = {}
     for holding in state.holdings_of_type(victims.holding.instance_type):
         if holding is not victims.holding and victims.still_over_limit(holding):
-            index = state.next_live_victim(holding)
+            index = next_candidate(state, holding)
             if index is not None:
                 borrowers[holding.share.id] = holding
                 job = holding.victims[index]
@@ -118,7 +149,7 @@ def reclaim_candidates(state: WorkingState, victims: VictimSet) -> Iterator[Job]
         if not victims.still_over_limit(holding):
             continue
         yield holding.victims[index]
-        following = state.next_live_victim(holding, index + 1)
+        following = next_candidate(state, holding, index + 1)
         if following is not None:
             job = holding.victims[following]
             heapq.heappush(cursors, (victim_key(job, job.placement), share_id, following))
@@ -128,10 +159,10 @@ def in_share_candidates(state: WorkingState, holding: Holding, priority: int) ->
     """In-share: when the share has in_share_preemption, its own jobs of strictly lower priority."""
     if not holding.share.in_share_preemption:
         return
-    index = state.next_live_victim(holding)
+    index = next_candidate(state, holding)
     while index is not None and holding.victims[index].priority < priority:
         yield holding.victims[index]
-        index = state.next_live_victim(holding, index + 1)
+        index = next_candidate(state, holding, index + 1)
 
 
 def in_share_usage(state: WorkingState, holding: Holding, priority: int) -> int:
@@ -154,7 +185,7 @@ def preemption_may_make_room(state: WorkingState, job: Job, entry: Entry) -> boo
         return True
     in_share = 0
     if holding.share.in_share_preemption:
-        index = state.next_live_victim(holding)
+        index = next_candidate(state, holding)
         if index is not None and holding.victims[index].priority < job.priority:
             in_share = holding.victim_usage
     reclaim = ledger.reclaimable - (holding.victim_usage if holding.over_limit else 0)

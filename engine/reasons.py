@@ -16,7 +16,13 @@ from .fit import (
     within_share_ceiling,
 )
 from .messages import when
-from .preemption import in_share_usage, preemption_may_make_room, select_victims
+from .preemption import (
+    in_share_usage,
+    preemption_may_make_room,
+    protected_until,
+    protections_lifted,
+    select_victims,
+)
 from .types import Entry, Job, Preemption, PreemptionKind, Strategy
 
 
@@ -160,6 +166,9 @@ class PendingReasons:
         if preemption_may_make_room(state, job, entry) and select_victims(state, job, entry) is not None:
             # Borrowed after this job's turn: what a pass places is not preempted before the next pass.
             return "preemption can make room from the next pass"
+        waiting = self.protections_waited_for(job, entry)
+        if waiting:
+            return "waits for protection from early preemption to end: " + waiting
         holding = state.holding(job.share_id, entry.instance_type)
         share = holding.share
         in_share = in_share_usage(state, holding, job.priority)
@@ -183,6 +192,23 @@ class PendingReasons:
         else:
             why.append(f"lower-priority jobs of share {share.name} hold only {in_share}")
         return f"would need preemption but none possible ({', '.join(why)})"
+
+    def protections_waited_for(self, job: Job, entry: Entry) -> str:
+        """When preemption could make room but for protected victims: which, and until when ("" otherwise)."""
+        state = self.state
+        if state.snapshot.preemption_min_runtime_seconds <= 0:
+            return ""
+        with protections_lifted(state):
+            victims = None
+            if preemption_may_make_room(state, job, entry):
+                victims = select_victims(state, job, entry)
+        protected = [(victim, protected_until(state, victim)) for victim in victims or ()]
+        return ", ".join(
+            f"would preempt job {victim.id} of share {state.shares[victim.share_id].name}, "
+            f"protected until {when(until)}"
+            for victim, until in protected
+            if until is not None
+        )
 
     def _details_of_type(self, instance_type: str) -> tuple[list[str], int]:
         """Who borrows the type (most first) and how much RESERVE shares hold idle, at the end of the pass."""

@@ -26,7 +26,7 @@ from .housekeeping import (
     restore_plan_limits,
     time_out_pending_jobs,
 )
-from .order import HeadOrder, head_key, queue_key, share_queues
+from .order import HeadOrder, fair_share_of, head_key, queue_key, share_queues
 from .preemption import first_fit_with_preemption, preempt, preemption_kind
 from .reasons import (
     PendingReasons,
@@ -166,7 +166,7 @@ class PassRun:
     def place_in_order(self, queues: dict[int, list[Job]], *, allow_preemption: bool) -> dict[int, list[Job]]:
         """Take the best head across shares until none is left; returns each share's jobs left unplaced."""
         strict = self.state.snapshot.ordering == Ordering.STRICT_FIFO
-        heads = HeadOrder(queues, self.state.share_under_limit)
+        heads = HeadOrder(queues, self.state.share_under_limit, fair_share_of(self.state))
         left: dict[int, list[Job]] = {share_id: [] for share_id in queues}
         self.held_behind = {}
         while (job := heads.next_head()) is not None:

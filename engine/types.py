@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 
 
 class Strategy(enum.StrEnum):
@@ -21,6 +22,11 @@ class Strategy(enum.StrEnum):
 class Ordering(enum.StrEnum):
     BEST_EFFORT_FIFO = "BEST_EFFORT_FIFO"
     STRICT_FIFO = "STRICT_FIFO"
+
+
+class IdleCapacityAssignment(enum.StrEnum):
+    FIFO = "FIFO"
+    FAIR_SHARE = "FAIR_SHARE"
 
 
 class JobStatus(enum.StrEnum):
@@ -47,7 +53,11 @@ UNLIMITED = -1
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """A quota share. `limits` maps instance type name -> max_capacity (a type not listed has limit 0)."""
+    """A quota share. `limits` maps instance type name -> max_capacity (a type not listed has limit 0).
+
+    `lending_limits` maps a type to the most of its limit a LEND or LEND_AND_BORROW share lends (a type not
+    listed: all of it); `fair_share_weight` divides its dominant borrowed share under FAIR_SHARE.
+    """
 
     id: int
     name: str
@@ -56,6 +66,8 @@ class Share:
     borrow_limit: int = UNLIMITED
     in_share_preemption: bool = False
     enabled: bool = True
+    lending_limits: dict[str, int] = field(default_factory=dict)
+    fair_share_weight: Decimal = Decimal(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +151,8 @@ class Snapshot:
     ordering: Ordering = Ordering.BEST_EFFORT_FIFO
     plan_drain_seconds: int = 1800
     queue_enabled: bool = True
+    idle_capacity_assignment: IdleCapacityAssignment = IdleCapacityAssignment.FIFO
+    preemption_min_runtime_seconds: int = 0
 
 
 # --- decisions -------------------------------------------------------------------------------------------

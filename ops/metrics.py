@@ -9,12 +9,23 @@ process cannot see; this module only reads it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 from django.db.models import Count
+from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from scheduling.models import PREEMPTION_KINDS, Event, EventKind, JobQueue, PassHistogramBucket
+from scheduling.models import (
+    PLACED_STATUSES,
+    PREEMPTION_KINDS,
+    Event,
+    EventKind,
+    Job,
+    JobQueue,
+    PassHistogramBucket,
+    ShareCapacityLimit,
+)
 from scheduling.selectors.usage import queue_usage
 
 
@@ -50,7 +61,8 @@ class QuotaportalCollector(Collector):
             "Instances in use on a training plan",
             labels=["queue", "training_plan", "instance_type"],
         )
-        for queue in JobQueue.objects.select_related("service_environment").order_by("name"):
+        queues = list(JobQueue.objects.select_related("service_environment").order_by("name"))
+        for queue in queues:
             summary = queue_usage(job_queue=queue)
             for share in summary.shares:
                 pending.add_metric([queue.name, share.name], share.pending)
@@ -67,8 +79,51 @@ class QuotaportalCollector(Collector):
                     [queue.name, plan["name"], plan["instance_type"]], plan["in_use_instance_count"]
                 )
         yield from (usage, limit, borrowed, lent, pending, capacity, plan_use)
+        yield self._lending_limits()
+        yield self._protected_jobs(queues)
         yield self._preemptions()
         yield from self._pass_durations()
+
+    def _lending_limits(self) -> GaugeMetricFamily:
+        gauge = GaugeMetricFamily(
+            "quotaportal_share_lending_limit",
+            "Most of a share's limit it lends when idle (only for shares that set one)",
+            labels=["queue", "share", "instance_type"],
+        )
+        rows = (
+            ShareCapacityLimit.objects.filter(lending_limit__isnull=False)
+            .values_list(
+                "quota_share__job_queue__name", "quota_share__name", "instance_type__name", "lending_limit"
+            )
+            .order_by("quota_share__job_queue__name", "quota_share__name", "instance_type__name")
+        )
+        for queue, share, instance_type, lending_limit in rows:
+            gauge.add_metric([queue, share, instance_type], lending_limit)
+        return gauge
+
+    def _protected_jobs(self, queues: list[JobQueue]) -> GaugeMetricFamily:
+        gauge = GaugeMetricFamily(
+            "quotaportal_share_protected_jobs",
+            "Placed on-demand jobs still within the queue's preemption_min_runtime_seconds",
+            labels=["queue", "share"],
+        )
+        now = timezone.now()
+        for queue in (queue for queue in queues if queue.preemption_min_runtime_seconds > 0):
+            since = now - timedelta(seconds=queue.preemption_min_runtime_seconds)
+            counts = (
+                Job.objects.filter(
+                    job_queue=queue,
+                    status__in=PLACED_STATUSES,
+                    selected_training_plan__isnull=True,
+                    scheduled_at__gt=since,
+                )
+                .values_list("quota_share_name")
+                .annotate(n=Count("id"))
+                .order_by("quota_share_name")
+            )
+            for share, n in counts:
+                gauge.add_metric([queue.name, share], n)
+        return gauge
 
     def _preemptions(self) -> CounterMetricFamily:
         counter = CounterMetricFamily(

@@ -14,6 +14,7 @@ from django.db import models
 from scheduling import rules
 from scheduling.errors import DomainError
 from scheduling.models import (
+    OPTIONAL_SETTINGS,
     EnvironmentCapacity,
     Event,
     InstanceType,
@@ -71,20 +72,30 @@ def _rows(formsets) -> list[dict[str, Any]]:
 
 def _limits(formsets) -> list[rules.LimitInput]:
     return [
-        rules.LimitInput(row["instance_type"], row["max_capacity"])
+        rules.LimitInput(row["instance_type"], row["max_capacity"], row.get("lending_limit"))
         for row in _rows(formsets)
         if row.get("instance_type")
     ]
 
 
 def _fields(form, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {name: value for name, value in form.cleaned_data.items() if name not in leave_out}
+    return {
+        name: value
+        for name, value in form.cleaned_data.items()
+        if name not in leave_out and not (name in OPTIONAL_SETTINGS and value in (None, ""))
+    }
 
 
 class ServiceForm(forms.ModelForm):
     """Checks the fields only, as the services' own field check does: the model's check constraints are
     left to the service, whose rules say which field is at fault and what to do (a constraint names only
     itself)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in OPTIONAL_SETTINGS:
+            if name in self.fields:
+                self.fields[name].required = False
 
     def _post_clean(self):
         full_clean = self.instance.full_clean
@@ -255,8 +266,16 @@ class ServiceEnvironmentAdmin(ServiceAdmin):
 
 @admin.register(JobQueue)
 class JobQueueAdmin(ServiceAdmin):
-    list_display = ("name", "priority", "state", "service_environment", "ordering")
-    list_filter = ("state", "ordering")
+    list_display = (
+        "name",
+        "priority",
+        "state",
+        "service_environment",
+        "ordering",
+        "idle_capacity_assignment",
+        "preemption_min_runtime_seconds",
+    )
+    list_filter = ("state", "ordering", "idle_capacity_assignment")
 
     def service_update(self, request, obj, form, formsets) -> models.Model:
         return config_services.job_queue_update(job_queue=obj, changes=_fields(form), actor=request.user)
@@ -279,7 +298,16 @@ class ShareCapacityLimitInline(admin.TabularInline):
 
 @admin.register(QuotaShare)
 class QuotaShareAdmin(ServiceAdmin):
-    list_display = ("name", "job_queue", "team", "strategy", "borrow_limit", "in_share_preemption", "state")
+    list_display = (
+        "name",
+        "job_queue",
+        "team",
+        "strategy",
+        "borrow_limit",
+        "in_share_preemption",
+        "fair_share_weight",
+        "state",
+    )
     list_filter = ("job_queue", "strategy", "state")
     search_fields = ("name", "team__name")
     inlines = [ShareCapacityLimitInline]

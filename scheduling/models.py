@@ -6,10 +6,12 @@ environment's capacity, preference lists) live in `scheduling.rules`, used by th
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from engine.submission import MAX_PREFERENCES  # noqa: F401 (the one bound; forms and the admin read it here)
@@ -172,6 +174,31 @@ class EnvironmentCapacity(models.Model):
         return f"{self.instance_type} x{self.max_capacity}"
 
 
+class IdleCapacityAssignment(models.TextChoices):
+    FIFO = "FIFO"
+    FAIR_SHARE = "FAIR_SHARE"
+
+
+# Settings a form may leave out: left blank, they keep the model's default (or the value already saved).
+OPTIONAL_SETTINGS = ("idle_capacity_assignment", "preemption_min_runtime_seconds", "fair_share_weight")
+
+IDLE_CAPACITY_ASSIGNMENT_HELP = (
+    "Who gets idle capacity among borrowers: FIFO = earliest submission (AWS); "
+    "FAIR_SHARE = the share borrowing least for its fair-share weight."
+)
+PREEMPTION_MIN_RUNTIME_HELP = (
+    "Seconds a job runs after it is scheduled before reclaim or in-share preemption may stop it "
+    "(0 = at once); plan drains and lowered capacity ignore it."
+)
+FAIR_SHARE_WEIGHT_HELP = (
+    "Under FAIR_SHARE, this share's claim on idle capacity: weight 2 borrows twice as much as weight 1."
+)
+LENDING_LIMIT_HELP = (
+    "Most of this limit a LEND or LEND_AND_BORROW share lends when idle; the rest it keeps as RESERVE "
+    "does. Empty = lends all of it."
+)
+
+
 class JobQueue(models.Model):
     class Ordering(models.TextChoices):
         BEST_EFFORT_FIFO = "BEST_EFFORT_FIFO", "BEST_EFFORT_FIFO"
@@ -185,6 +212,15 @@ class JobQueue(models.Model):
         ServiceEnvironment, on_delete=models.PROTECT, related_name="job_queue"
     )
     ordering = models.CharField(max_length=20, choices=Ordering.choices, default=Ordering.BEST_EFFORT_FIFO)
+    idle_capacity_assignment = models.CharField(
+        max_length=20,
+        choices=IdleCapacityAssignment.choices,
+        default=IdleCapacityAssignment.FIFO,
+        help_text=IDLE_CAPACITY_ASSIGNMENT_HELP,
+    )
+    preemption_min_runtime_seconds = models.PositiveIntegerField(
+        default=0, help_text=PREEMPTION_MIN_RUNTIME_HELP
+    )
 
     class Meta:
         ordering = ["-priority", "name"]
@@ -216,6 +252,13 @@ class QuotaShare(models.Model):
         help_text="Percent of the share's limit it may borrow above it; -1 = unlimited. LEND_AND_BORROW only.",
     )
     in_share_preemption = models.BooleanField(default=False)
+    fair_share_weight = models.DecimalField(
+        max_digits=8,
+        decimal_places=3,
+        default=Decimal(1),
+        validators=[MinValueValidator(Decimal("0.001"))],
+        help_text=FAIR_SHARE_WEIGHT_HELP,
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.ENABLED)
 
     class Meta:
@@ -227,6 +270,7 @@ class QuotaShare(models.Model):
                 condition=Q(borrow_limit=-1) | Q(strategy="LEND_AND_BORROW"),
                 name="quota_share_borrow_limit_only_when_borrowing",
             ),
+            models.CheckConstraint(condition=Q(fair_share_weight__gt=0), name="quota_share_weight_positive"),
         ]
 
     def __str__(self) -> str:
@@ -241,12 +285,17 @@ class ShareCapacityLimit(models.Model):
     quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="capacity_limits")
     instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
     max_capacity = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    lending_limit = models.PositiveIntegerField(null=True, blank=True, help_text=LENDING_LIMIT_HELP)
 
     class Meta:
         ordering = ["instance_type__name"]
         constraints = [
             models.UniqueConstraint(fields=["quota_share", "instance_type"], name="share_limit_unique_type"),
             models.CheckConstraint(condition=Q(max_capacity__gte=1), name="share_limit_at_least_one"),
+            models.CheckConstraint(
+                condition=Q(lending_limit__isnull=True) | Q(lending_limit__lte=F("max_capacity")),
+                name="share_limit_lending_within_max_capacity",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -78,6 +78,7 @@ def share_limit_sums(job_queue: JobQueue, *, exclude_share_id: int | None = None
 class LimitInput:
     instance_type: InstanceType
     max_capacity: int
+    lending_limit: int | None = None  # None: the share lends all of its idle capacity of the type
 
 
 def validate_quota_share(
@@ -131,7 +132,8 @@ def validate_quota_share(
     others = (
         other_limits if other_limits is not None else share_limit_sums(job_queue, exclude_share_id=share_id)
     )
-    for limit in limits:
+    for index, limit in enumerate(limits):
+        _check_lending_limit(errors, index, limit, strategy)
         type_ = limit.instance_type
         if limit.max_capacity < 1:
             _add(errors, "capacity_limits", f"{type_.name}: max_capacity must be at least 1")
@@ -153,6 +155,28 @@ def validate_quota_share(
                 f"{available} (other shares hold {taken}, so at most {max(0, available - taken)} is left)",
             )
     _raise_if(errors)
+
+
+def _check_lending_limit(errors: Errors, index: int, limit: LimitInput, strategy: str) -> None:
+    """A lending limit is 0..max_capacity, and only for a share that lends (SPEC 1)."""
+    if limit.lending_limit is None:
+        return
+    field = f"capacity_limits[{index}].lending_limit"
+    name = limit.instance_type.name
+    if strategy == QuotaShare.Strategy.RESERVE:
+        _add(
+            errors,
+            field,
+            f"{name}: a RESERVE share lends nothing, so it takes no lending_limit: leave it empty "
+            f"or choose LEND or LEND_AND_BORROW",
+        )
+    elif not 0 <= limit.lending_limit <= limit.max_capacity:
+        _add(
+            errors,
+            field,
+            f"{name}: lending_limit {limit.lending_limit} must be between 0 and max_capacity "
+            f"{limit.max_capacity}",
+        )
 
 
 def validate_environment_capacity(*, job_queue: JobQueue | None, capacities: dict[InstanceType, int]) -> None:
@@ -218,12 +242,18 @@ def most_held(
     capacity: dict[int, int],
     limits_by_share: dict[int, dict[int, int]],
     strategies: dict[int, str],
+    lending_by_share: dict[int, dict[int, int]] | None = None,
 ) -> tuple[int, str]:
     """The most of a type the share could ever hold on demand (`ceilings.most_ever_held`), and why."""
     own = limits_by_share.get(share.pk, {}).get(instance_type_id, 0)
     total = capacity.get(instance_type_id, 0)
+    lending_by_share = lending_by_share or {}
     reserved_by_others = sum(
-        ceilings.reserved_capacity(strategies.get(share_id, ""), limits.get(instance_type_id, 0))
+        ceilings.reserved_capacity(
+            strategies.get(share_id, ""),
+            limits.get(instance_type_id, 0),
+            lending_by_share.get(share_id, {}).get(instance_type_id),
+        )
         for share_id, limits in limits_by_share.items()
         if share_id != share.pk
     )
@@ -234,11 +264,11 @@ def most_held(
     cap = ceilings.borrow_cap(own, share.borrow_limit)
     if cap is None:
         return most, (
-            f"limit {own} plus borrowing, and {total - lendable} of {total} are reserved by RESERVE shares"
+            f"limit {own} plus borrowing, and {total - lendable} of {total} are kept by other shares"
         )
     if cap <= lendable:
         return most, f"limit {own} plus borrow limit {share.borrow_limit}%"
-    return most, f"{total - lendable} of {total} are reserved by RESERVE shares"
+    return most, f"{total - lendable} of {total} are kept by other shares"
 
 
 def validate_job_target(*, job_queue: JobQueue, quota_share: QuotaShare) -> None:
@@ -264,10 +294,13 @@ def validate_preferences(
         _raise_if(errors)
     capacity = environment_capacity(job_queue)
     limits_by_share: dict[int, dict[int, int]] = {}
-    for share_id, type_id, maximum in ShareCapacityLimit.objects.filter(
+    lending_by_share: dict[int, dict[int, int]] = {}
+    for share_id, type_id, maximum, lending_limit in ShareCapacityLimit.objects.filter(
         quota_share__job_queue=job_queue
-    ).values_list("quota_share_id", "instance_type_id", "max_capacity"):
+    ).values_list("quota_share_id", "instance_type_id", "max_capacity", "lending_limit"):
         limits_by_share.setdefault(share_id, {})[type_id] = maximum
+        if lending_limit is not None:
+            lending_by_share.setdefault(share_id, {})[type_id] = lending_limit
     strategies = dict(QuotaShare.objects.filter(job_queue=job_queue).values_list("id", "strategy"))
     shares_of_plan: dict[int, set[int]] = {}
     for plan_id, share_id in TrainingPlan.quota_shares.through.objects.filter(
@@ -337,6 +370,7 @@ def validate_preferences(
             capacity=capacity,
             limits_by_share=limits_by_share,
             strategies=strategies,
+            lending_by_share=lending_by_share,
         )
         problem = submission.on_demand_entry_never_runs(
             engine.Entry(type_.name, entry.instance_count), capacity=total, most_held=ceiling

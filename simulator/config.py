@@ -13,11 +13,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from engine import UNLIMITED, Entry, Ordering, Plan, Strategy
+from engine import UNLIMITED, Entry, IdleCapacityAssignment, Ordering, Plan, Strategy
 from engine.ceilings import lendable_beside, most_ever_held, reserved_capacity
 from engine.invariants import limits_fit_capacity
 from engine.submission import (
@@ -59,6 +60,8 @@ class ShareConfig:
     borrow_limit: int = UNLIMITED
     in_share_preemption: bool = False
     enabled: bool = True
+    lending_limits: Mapping[str, int] = field(default_factory=dict)  # type absent: lends all of it
+    fair_share_weight: Decimal = Decimal(1)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class Configuration:
     # Seconds a preempted, drained or cancelled running job stays STOPPING, holding its capacity (the
     # environment's stop_grace_seconds, as the executor uses it); 0: jobs stop at once, as before graceful stops.
     stop_seconds: int = 0
+    idle_capacity_assignment: IdleCapacityAssignment = IdleCapacityAssignment.FIFO
+    preemption_min_runtime_seconds: int = 0
 
     def gpus_of(self, instance_type: str) -> int:
         """GPUs per instance: the configuration's table, then the known types; an unknown type counts 1."""
@@ -152,6 +157,19 @@ def validate(config: Configuration) -> Configuration:
             problems.append(f"{where}: borrow_limit is a percentage >= 0, or -1 for unlimited")
         elif share.borrow_limit != UNLIMITED and share.strategy != Strategy.LEND_AND_BORROW:
             problems.append(f"{where}: borrow_limit applies only to LEND_AND_BORROW shares")
+        for type_, lending_limit in share.lending_limits.items():
+            if share.strategy == Strategy.RESERVE:
+                problems.append(f"{where}: a RESERVE share lends nothing, so it takes no lending_limits")
+                break
+            if not 0 <= lending_limit <= share.limits.get(type_, 0):
+                problems.append(
+                    f"{where}: the lending limit for {type_} must be between 0 and its limit "
+                    f"{share.limits.get(type_, 0)}"
+                )
+        if not share.fair_share_weight > 0:
+            problems.append(f"{where}: fair_share_weight must be above 0")
+    if config.preemption_min_runtime_seconds < 0:
+        problems.append("preemption_min_runtime_seconds cannot be negative")
     for type_, capacity in sorted(config.capacity.items()):
         if capacity < 0:
             problems.append(f"capacity of {type_} cannot be negative")
@@ -179,7 +197,9 @@ def validate(config: Configuration) -> Configuration:
 def most_held(config: Configuration, share: ShareConfig, instance_type: str) -> int:
     """`ceilings.most_ever_held` for a share of the configuration: the most of a type it could ever hold."""
     reserved_by_others = sum(
-        reserved_capacity(other.strategy, other.limits.get(instance_type, 0))
+        reserved_capacity(
+            other.strategy, other.limits.get(instance_type, 0), other.lending_limits.get(instance_type)
+        )
         for other in config.shares
         if other is not share
     )
@@ -282,6 +302,10 @@ def configuration_from_mapping(
         "in_share_preemption",
         "capacity_scale",
         "synthetic_plans",
+        "idle_capacity_assignment",
+        "preemption_min_runtime_seconds",
+        "lending_fraction",
+        "fair_share_weight",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -324,7 +348,15 @@ def configuration_from_mapping(
             plan_drain_seconds=int(data.get("plan_drain_seconds", config.plan_drain_seconds)),
             stop_seconds=int(data.get("stop_seconds", config.stop_seconds)),
             gpus=gpus,
+            idle_capacity_assignment=IdleCapacityAssignment(
+                data.get("idle_capacity_assignment", config.idle_capacity_assignment)
+            ),
+            preemption_min_runtime_seconds=int(
+                data.get("preemption_min_runtime_seconds", config.preemption_min_runtime_seconds)
+            ),
         )
+        if "lending_fraction" in data:
+            config = with_lending_fraction(config, float(data["lending_fraction"]))
     except (KeyError, TypeError, ValueError) as error:
         if isinstance(error, ConfigurationError):
             raise ConfigurationError(f"{where}: {error}") from None
@@ -336,7 +368,28 @@ def configuration_from_mapping(
 
 
 def _share_defaults(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: data[key] for key in ("strategy", "borrow_limit", "in_share_preemption") if key in data}
+    keys = ("strategy", "borrow_limit", "in_share_preemption", "fair_share_weight")
+    return {key: data[key] for key in keys if key in data}
+
+
+def with_lending_fraction(config: Configuration, fraction: float) -> Configuration:
+    """Every LEND and LEND_AND_BORROW share lends at most `fraction` of each limit (rounded down)."""
+    if not 0 <= fraction <= 1:
+        raise ConfigurationError(f"lending_fraction {fraction} must be between 0 and 1")
+    shares = tuple(
+        share
+        if share.strategy == Strategy.RESERVE
+        else replace(share, lending_limits={t: int(n * fraction) for t, n in share.limits.items()})
+        for share in config.shares
+    )
+    return replace(config, shares=shares)
+
+
+def _weight(value: Any) -> Decimal:
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        raise ConfigurationError(f"fair_share_weight {value!r} is not a number") from None
 
 
 def _share(
@@ -344,7 +397,16 @@ def _share(
 ) -> ShareConfig:
     if not isinstance(data, Mapping) or "name" not in data:
         raise ConfigurationError(f"{where}: a share needs at least a name")
-    known = {"name", "strategy", "limits", "borrow_limit", "in_share_preemption", "enabled"}
+    known = {
+        "name",
+        "strategy",
+        "limits",
+        "borrow_limit",
+        "in_share_preemption",
+        "enabled",
+        "lending_limits",
+        "fair_share_weight",
+    }
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigurationError(f"{where}: unknown key {', '.join(unknown)}")
@@ -360,6 +422,10 @@ def _share(
         borrow_limit=int(merged.get("borrow_limit", base.borrow_limit)),
         in_share_preemption=bool(merged.get("in_share_preemption", base.in_share_preemption)),
         enabled=bool(merged.get("enabled", base.enabled)),
+        lending_limits={
+            str(k): int(v) for k, v in (merged.get("lending_limits") or base.lending_limits).items()
+        },
+        fair_share_weight=_weight(merged.get("fair_share_weight", base.fair_share_weight)),
     )
 
 
@@ -410,6 +476,8 @@ def configuration_summary(config: Configuration) -> dict[str, Any]:
         "ordering": str(config.ordering),
         "plan_drain_seconds": config.plan_drain_seconds,
         "stop_seconds": config.stop_seconds,
+        "idle_capacity_assignment": str(config.idle_capacity_assignment),
+        "preemption_min_runtime_seconds": config.preemption_min_runtime_seconds,
         "shares": [
             {
                 "name": s.name,
@@ -418,6 +486,8 @@ def configuration_summary(config: Configuration) -> dict[str, Any]:
                 "borrow_limit": s.borrow_limit,
                 "in_share_preemption": s.in_share_preemption,
                 "enabled": s.enabled,
+                "lending_limits": dict(sorted(s.lending_limits.items())),
+                "fair_share_weight": str(s.fair_share_weight),
             }
             for s in config.shares
         ],

@@ -164,6 +164,8 @@ def summarize(result: Result, *, buckets: int = 240) -> dict[str, Any]:
         "drained_gpu_hours_lost": sum(o.drained_gpu_seconds for o in everyone) / HOUR,
         "stopping_gpu_hours": sum(o.stopping_gpu_seconds for o in everyone) / HOUR,
         "jobs_of_unknown_shares": dict(result.unknown_shares),
+        "borrowing_fairness": jain_index([s["gpu_hours"]["borrowed"] for s in shares]),
+        "reclaim_delay_seconds": reclaim_delays(result),
     }
     times, used, borrowed = bucket_series(meter.series, start=result.start, end=result.end, buckets=buckets)
     stats = result.stats
@@ -198,6 +200,26 @@ def summarize(result: Result, *, buckets: int = 240) -> dict[str, Any]:
             "passes_skipped_after_events": stats.passes_skipped_after_events,
         },
     }
+
+
+def jain_index(amounts: Sequence[float]) -> float | None:
+    """Jain's fairness index of the amounts above 0 (shares that borrowed): 1 when all equal, 1/n at worst."""
+    positive = [amount for amount in amounts if amount > 0]
+    if not positive:
+        return None
+    return sum(positive) ** 2 / (len(positive) * sum(amount * amount for amount in positive))
+
+
+def reclaim_delays(result: Result) -> dict[str, Any]:
+    """What a lender sees when it takes its capacity back: from its job's submission to the placement for
+    which it reclaimed (p50, p95, how many such placements)."""
+    reclaims = {
+        (record.preemptor_job_id, record.time)
+        for record in result.records
+        if record.kind == Kind.PREEMPTED_RECLAIM and record.preemptor_job_id in result.outcomes
+    }
+    delays = sorted(at - result.outcomes[job_id].job.submitted_at for job_id, at in reclaims)
+    return {"p50": percentile(delays, 50), "p95": percentile(delays, 95), "placements": len(delays)}
 
 
 def _ratio(part: float, whole: float) -> float | None:

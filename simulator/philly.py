@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from engine import UNLIMITED, Entry, Strategy
+from engine import UNLIMITED, Entry, IdleCapacityAssignment, Strategy
 
-from .config import Configuration, PlanConfig, ShareConfig, entry_problem
+from .config import Configuration, PlanConfig, ShareConfig, entry_problem, with_lending_fraction
 from .simulation import SimJob
 from .trace import PHILLY_CREDIT, TraceRow
 
@@ -289,3 +289,27 @@ def comparison_configurations(
             )
         )
     return configs
+
+
+# Issue 17's study: each new setting against the all-LEND_AND_BORROW configuration it changes.
+SETTING_VARIANTS = (
+    ("LEND_AND_BORROW-FAIR_SHARE", {"idle_capacity_assignment": IdleCapacityAssignment.FAIR_SHARE}),
+    ("LEND_AND_BORROW-protect-10min", {"preemption_min_runtime_seconds": 600}),
+    ("LEND_AND_BORROW-protect-30min", {"preemption_min_runtime_seconds": 1800}),
+    ("LEND_AND_BORROW-lend-half", {"lending_fraction": 0.5}),
+)
+
+
+def setting_variants(configs: list[Configuration]) -> list[Configuration]:
+    """FAIR_SHARE, a protection of 10 and 30 minutes, and half of every limit lendable, each applied to the
+    all-LEND_AND_BORROW configuration of `comparison_configurations` (same shares, capacity and plans)."""
+    base = next(config for config in configs if config.name == "all-LEND_AND_BORROW")
+    variants = []
+    for name, changes in SETTING_VARIANTS:
+        changes = dict(changes)
+        fraction = changes.pop("lending_fraction", None)
+        variant = replace(base, name=name, **changes)
+        if fraction is not None:
+            variant = with_lending_fraction(variant, fraction)
+        variants.append(variant)
+    return variants

@@ -132,6 +132,44 @@ def comparison_rows(all_metrics: Sequence[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+SETTINGS_HEADER = (
+    "configuration",
+    "GPU utilization",
+    "GPU-h used",
+    "wait p50",
+    "wait p95",
+    "borrowing fairness (Jain)",
+    "preemptions",
+    "GPU-h lost",
+    "reclaim delay p50",
+    "reclaim delay p95",
+)
+
+
+def settings_rows(all_metrics: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Issue 17's figures: fairness of borrowing, work lost to preemption and the lender's reclaim delay."""
+    rows = []
+    for metrics in all_metrics:
+        overall = metrics["overall"]
+        fairness = overall.get("borrowing_fairness")
+        delay = overall.get("reclaim_delay_seconds") or {}
+        rows.append(
+            [
+                metrics["configuration"]["name"],
+                percent(overall["utilization"]["of_environment"]),
+                number(overall["gpu_hours"]["used"]),
+                duration(overall["wait_seconds"]["p50"]),
+                duration(overall["wait_seconds"]["p95"]),
+                "-" if fairness is None else f"{fairness:.3f}",
+                number(overall["preemptions"]),
+                number(overall["preempted_gpu_hours_lost"]),
+                duration(delay.get("p50")),
+                duration(delay.get("p95")),
+            ]
+        )
+    return rows
+
+
 def speed_line(metrics: dict[str, Any]) -> str:
     replay = metrics["replay"]
     rate = replay["jobs_per_second"]

@@ -93,6 +93,7 @@ from typing import TYPE_CHECKING
 from engine import (
     Decisions,
     Entry,
+    IdleCapacityAssignment,
     Job,
     JobStatus,
     Placement,
@@ -106,7 +107,7 @@ from engine.ceilings import reserved_capacity, share_ceiling
 from engine.housekeeping import pending_too_long
 from engine.order import queue_key
 
-from .config import to_datetime
+from .config import Configuration, to_datetime
 
 if TYPE_CHECKING:
     from .simulation import WholeQueueDecider
@@ -226,7 +227,7 @@ class PlacedJobs:
         self.generation: dict[int, int] = {}  # share -> bumped at every change of its on-demand usage
         for share in shares.values():
             for instance_type, limit in share.limits.items():
-                reserved = reserved_capacity(share.strategy, limit)
+                reserved = reserved_capacity(share.strategy, limit, share.lending_limits.get(instance_type))
                 sums = self.in_use_or_reserved
                 sums[instance_type] = sums.get(instance_type, 0) + reserved
 
@@ -271,7 +272,9 @@ class PlacedJobs:
     def contribution(self, share_id: int, instance_type: str) -> int:
         """What the share's holding adds to invariant B's sum for the type: max(usage, reserved)."""
         share = self.shares[share_id]
-        reserved = reserved_capacity(share.strategy, share.limits.get(instance_type, 0))
+        reserved = reserved_capacity(
+            share.strategy, share.limits.get(instance_type, 0), share.lending_limits.get(instance_type)
+        )
         return max(self.usage.get((share_id, instance_type), 0), reserved)
 
     def _change(self, key: tuple[int, str], count: int) -> None:
@@ -341,7 +344,9 @@ class Reducer:
         # share -> type offered that it has a limit on -> its reserved capacity (see `fold_idle_shares`)
         self._reserved = {
             share.id: {
-                instance_type: reserved_capacity(share.strategy, limit)
+                instance_type: reserved_capacity(
+                    share.strategy, limit, share.lending_limits.get(instance_type)
+                )
                 for instance_type, limit in share.limits.items()
                 if instance_type in capacity
             }
@@ -539,8 +544,8 @@ class Reducer:
         instance_type = entry.instance_type
         used = placed.usage.get((share_id, instance_type), 0)
         limit = share.limits.get(instance_type, 0)
-        reserved = reserved_capacity(share.strategy, limit)
-        # Invariant B: placing within a RESERVE share's own limit commits nothing more.
+        reserved = reserved_capacity(share.strategy, limit, share.lending_limits.get(instance_type))
+        # Invariant B: placing within what a share reserves commits nothing more.
         lendable = (
             self.capacity.get(instance_type, 0)
             - placed.in_use_or_reserved.get(instance_type, 0)
@@ -994,6 +999,18 @@ class Reducer:
                 if used + entry.instance_count <= share.limits.get(instance_type, 0):
                     return True
         return False
+
+
+def shortcuts_cover(config: Configuration) -> bool:
+    """Whether the proofs above hold for a configuration. Lending limits only change reserved(S,T), which
+    every proof reads through invariant B's sum. FAIR_SHARE orders over-limit heads by borrowing against
+    the queue's lendable capacity, which folding shares into capacity (point 5) changes; a protection from
+    early preemption lets a pass preempt once time alone has passed, which skipping passes (point 4) and
+    placeholders at their lowest priority (points 1 and 3) do not see. With either, the replay runs whole."""
+    return (
+        config.idle_capacity_assignment == IdleCapacityAssignment.FIFO
+        and config.preemption_min_runtime_seconds == 0
+    )
 
 
 class ShortcutDecider:

@@ -61,6 +61,7 @@ from .shortcuts import (
     RunnableGroups,
     ShortcutDecider,
     saturation_key,
+    shortcuts_cover,
 )
 
 ScheduleFunction = Callable[[Snapshot], Decisions]
@@ -234,6 +235,8 @@ class Snapshots:
             plans=sim.plans,
             ordering=sim.config.ordering,
             plan_drain_seconds=sim.config.plan_drain_seconds,
+            idle_capacity_assignment=sim.config.idle_capacity_assignment,
+            preemption_min_runtime_seconds=sim.config.preemption_min_runtime_seconds,
         )
 
 
@@ -273,8 +276,11 @@ class Simulation:
         self.schedule = schedule_function
         self.startup = startup_seconds
         self.progress = progress
+        # The shortcuts' proofs assume the FIFO head order and victims that stay candidates as time passes;
+        # under FAIR_SHARE or with a protection from early preemption every pass is the whole queue's.
+        shortcuts = shortcuts and shortcuts_cover(self.config)
         self.shortcuts = shortcuts
-        self.verify = verify_shortcuts
+        self.verify = verify_shortcuts and shortcuts
         self.share_ids = {share.name: configuration.share_id(share.name) for share in configuration.shares}
         self.share_configs = {share.name: share for share in configuration.shares}
         self.shares = tuple(
@@ -286,6 +292,8 @@ class Simulation:
                 borrow_limit=s.borrow_limit,
                 in_share_preemption=s.in_share_preemption,
                 enabled=s.enabled,
+                lending_limits=dict(s.lending_limits),
+                fair_share_weight=s.fair_share_weight,
             )
             for s in configuration.shares
         )
@@ -859,6 +867,10 @@ class Simulation:
             )
         if job.duration is not None:
             heapq.heappush(self.completions, (now + self.startup + job.duration, job.id, outcome.attempt))
+        protection = self.config.preemption_min_runtime_seconds
+        if protection and admission.training_plan is None:
+            # Once its protection ends the job may be a victim: a pass then may decide what none could before.
+            heapq.heappush(self.wakes, (now + protection, False))
         self.records.append(
             Record(
                 index,

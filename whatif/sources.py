@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from engine import Entry, Ordering, Strategy
+from engine import Entry, IdleCapacityAssignment, Ordering, Strategy
 from engine.submission import MAX_PREFERENCES
 from scheduling.models import (
     EnvironmentCapacity,
@@ -85,6 +85,12 @@ def live_configuration(queue: JobQueue) -> Configuration:
                 borrow_limit=share.borrow_limit,
                 in_share_preemption=share.in_share_preemption,
                 enabled=share.state == State.ENABLED,
+                lending_limits={
+                    limit.instance_type.name: limit.lending_limit
+                    for limit in share.capacity_limits.all()
+                    if limit.lending_limit is not None
+                },
+                fair_share_weight=share.fair_share_weight,
             )
             for share in shares
         ),
@@ -103,6 +109,8 @@ def live_configuration(queue: JobQueue) -> Configuration:
         plan_drain_seconds=settings.PLAN_DRAIN_SECONDS,
         gpus=dict(InstanceType.objects.values_list("name", "gpu_count")),
         share_ids={share.name: share.pk for share in shares},
+        idle_capacity_assignment=IdleCapacityAssignment(queue.idle_capacity_assignment),
+        preemption_min_runtime_seconds=queue.preemption_min_runtime_seconds,
     )
     return validate(config)
 
@@ -113,23 +121,13 @@ def configuration_mapping(config: Configuration) -> dict[str, Any]:
     What a what-if run stores as its baseline, and compares with the live queue before applying a proposal.
     Only what shapes a replay is kept (no description, no database ids).
     """
-    return {
+    mapping = {
         "name": config.name,
         "capacity": dict(sorted(config.capacity.items())),
         "instance_types": {name: config.gpus_of(name) for name in sorted(config.capacity)},
         "ordering": str(config.ordering),
         "plan_drain_seconds": config.plan_drain_seconds,
-        "shares": [
-            {
-                "name": share.name,
-                "strategy": str(share.strategy),
-                "limits": dict(sorted(share.limits.items())),
-                "borrow_limit": share.borrow_limit,
-                "in_share_preemption": share.in_share_preemption,
-                "enabled": share.enabled,
-            }
-            for share in config.shares
-        ],
+        "shares": [_share_mapping(share) for share in config.shares],
         "plans": [
             {
                 "name": plan.name,
@@ -142,6 +140,28 @@ def configuration_mapping(config: Configuration) -> dict[str, Any]:
             for plan in config.plans
         ],
     }
+    # Issue 17's settings only when set, so that a run stored before them still reads as the same queue.
+    if config.idle_capacity_assignment != IdleCapacityAssignment.FIFO:
+        mapping["idle_capacity_assignment"] = str(config.idle_capacity_assignment)
+    if config.preemption_min_runtime_seconds:
+        mapping["preemption_min_runtime_seconds"] = config.preemption_min_runtime_seconds
+    return mapping
+
+
+def _share_mapping(share: ShareConfig) -> dict[str, Any]:
+    mapping = {
+        "name": share.name,
+        "strategy": str(share.strategy),
+        "limits": dict(sorted(share.limits.items())),
+        "borrow_limit": share.borrow_limit,
+        "in_share_preemption": share.in_share_preemption,
+        "enabled": share.enabled,
+    }
+    if share.lending_limits:
+        mapping["lending_limits"] = dict(sorted(share.lending_limits.items()))
+    if share.fair_share_weight != 1:
+        mapping["fair_share_weight"] = str(share.fair_share_weight)
+    return mapping
 
 
 def configuration_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

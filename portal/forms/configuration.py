@@ -3,13 +3,25 @@ training plans. Field-level checks only: the configuration services validate wit
 
 from __future__ import annotations
 
+import re
+
 from django import forms
 from django.forms.models import fields_for_model
 
 from portal.forms.fields import DateTimeInput, IdChoiceField
 from portal.params import MAX_STORED_INT, int_param
 from scheduling import rules
-from scheduling.models import InstanceType, JobQueue, QuotaShare, ServiceEnvironment, TrainingPlan
+from scheduling.models import (
+    LENDING_LIMIT_HELP,
+    OPTIONAL_SETTINGS,
+    InstanceType,
+    JobQueue,
+    QuotaShare,
+    ServiceEnvironment,
+    TrainingPlan,
+)
+
+_LENDING_LIMIT_KEY = re.compile(r"^capacity_limits\[(\d+)\]\.lending_limit$")
 
 
 class LimitFieldsMixin:
@@ -71,10 +83,15 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                     "strategy": share.strategy,
                     "borrow_limit": share.borrow_limit,
                     "in_share_preemption": share.in_share_preemption,
+                    "fair_share_weight": share.fair_share_weight,
                     "state": share.state,
                 }
             )
-            current = {limit.instance_type_id: limit.max_capacity for limit in share.capacity_limits.all()}
+            limits = list(share.capacity_limits.all())
+            current = {limit.instance_type_id: limit.max_capacity for limit in limits}
+            lending = {limit.instance_type_id: limit.lending_limit for limit in limits}
+        else:
+            lending = {}
         super().__init__(*args, **kwargs)
         self.share = share
         self.fields.update(
@@ -87,15 +104,58 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                     "strategy",
                     "borrow_limit",
                     "in_share_preemption",
+                    "fair_share_weight",
                     "state",
                 ],
                 field_classes={"job_queue": IdChoiceField, "team": IdChoiceField},
             )
         )
+        self.fields["fair_share_weight"].required = False
         if share is not None:
             self.fields["job_queue"].disabled = True
             self.fields["job_queue"].help_text = "A share stays in its queue."
         self.add_limit_fields(list(InstanceType.objects.order_by("name")), current)
+        for type_ in self.instance_types:
+            self.fields[f"lending_{type_.pk}"] = forms.IntegerField(
+                label=f"{type_.name} lending limit",
+                required=False,
+                min_value=0,
+                max_value=MAX_STORED_INT,
+                initial=lending.get(type_.pk),
+                help_text=LENDING_LIMIT_HELP,
+            )
+
+    def limit_rows(self):
+        """Per instance type: its limit field and its lending limit field, shown side by side."""
+        return [(self[f"limit_{t.pk}"], self[f"lending_{t.pk}"]) for t in self.instance_types]
+
+    def limit_inputs(self) -> list[rules.LimitInput]:
+        return [
+            rules.LimitInput(
+                type_, self.cleaned_data[f"limit_{type_.pk}"], self.cleaned_data.get(f"lending_{type_.pk}")
+            )
+            for type_ in self.instance_types
+            if self.cleaned_data.get(f"limit_{type_.pk}") is not None
+        ]
+
+    def proposed_lending_limits(self) -> dict[int, int]:
+        """type id -> the lending limit typed so far, read leniently (for the live check)."""
+        proposed = {}
+        for type_ in self.instance_types:
+            raw = (self.data.get(self.add_prefix(f"lending_{type_.pk}")) or "").strip()
+            value = int_param(raw, minimum=-MAX_STORED_INT, maximum=MAX_STORED_INT)
+            if value is not None:
+                proposed[type_.pk] = value
+        return proposed
+
+    def field_for_error(self, key: str) -> str:
+        """`capacity_limits[i].lending_limit` (the i-th limit given) is the lending field of that type."""
+        match = _LENDING_LIMIT_KEY.match(key)
+        if match is None or not self.is_bound or not hasattr(self, "cleaned_data"):
+            return key
+        given = [t for t in self.instance_types if self.cleaned_data.get(f"limit_{t.pk}") is not None]
+        index = int(match.group(1))
+        return f"lending_{given[index].pk}" if index < len(given) else key
 
     def job_queue(self) -> JobQueue | None:
         if self.share is not None:
@@ -105,10 +165,18 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
         return JobQueue.objects.filter(pk=pk).first() if pk is not None else None
 
     def share_fields(self) -> dict:
-        names = ["name", "team", "strategy", "borrow_limit", "in_share_preemption", "state"]
+        names = [
+            "name",
+            "team",
+            "strategy",
+            "borrow_limit",
+            "in_share_preemption",
+            "fair_share_weight",
+            "state",
+        ]
         if self.share is None:
             names.append("job_queue")
-        return {name: self.cleaned_data[name] for name in names}
+        return without_blank_settings({name: self.cleaned_data[name] for name in names})
 
 
 class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
@@ -149,21 +217,46 @@ class JobQueueForm(forms.Form):
                     "state": job_queue.state,
                     "service_environment": job_queue.service_environment_id,
                     "ordering": job_queue.ordering,
+                    "idle_capacity_assignment": job_queue.idle_capacity_assignment,
+                    "preemption_min_runtime_seconds": job_queue.preemption_min_runtime_seconds,
                 }
             )
         super().__init__(*args, **kwargs)
         self.fields.update(
             fields_for_model(
                 JobQueue,
-                fields=["name", "priority", "state", "service_environment", "ordering"],
+                fields=[
+                    "name",
+                    "priority",
+                    "state",
+                    "service_environment",
+                    "ordering",
+                    "idle_capacity_assignment",
+                    "preemption_min_runtime_seconds",
+                ],
                 field_classes={"service_environment": IdChoiceField},
             )
         )
+        for name in OPTIONAL_SETTINGS:
+            if name in self.fields:
+                self.fields[name].required = False
         # An environment serves one queue: offer the free ones, and this queue's own.
         free = ServiceEnvironment.objects.filter(job_queue__isnull=True)
         if job_queue is not None:
             free = free | ServiceEnvironment.objects.filter(pk=job_queue.service_environment_id)
         self.fields["service_environment"].queryset = free.order_by("name")
+
+    def queue_fields(self) -> dict:
+        return without_blank_settings(dict(self.cleaned_data))
+
+
+def without_blank_settings(fields: dict) -> dict:
+    """A setting left blank keeps its default (or its saved value): it is not a change."""
+    return {
+        name: value
+        for name, value in fields.items()
+        if not (name in OPTIONAL_SETTINGS and value in (None, ""))
+    }
 
 
 class TrainingPlanForm(forms.Form):

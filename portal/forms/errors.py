@@ -33,7 +33,10 @@ def add_errors(form: forms.Form, exc: ValidationError) -> None:
     `form.group_errors`; any other unknown key is a form error."""
     groups = getattr(form, "error_groups", ())
     labels = _labels(form)
+    field_for_error = getattr(form, "field_for_error", None)
     for key, messages in error_dict(exc).items():
+        if field_for_error is not None:
+            key = field_for_error(key)
         messages = [with_labels(message, labels) for message in messages]
         if key in groups:
             form.group_errors.setdefault(key, []).extend(messages)

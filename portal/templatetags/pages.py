@@ -49,12 +49,13 @@ def share_segments(row):
                 ("owned", row.usage - row.borrowed),
                 ("borrowed", row.borrowed),
                 ("lent", row.lent),
-                ("idle", row.idle),
+                ("idle", row.idle - row.kept),
+                ("kept", row.kept),
             ],
             max(row.limit, row.usage),
         ),
         f"{row.usage} of a limit of {row.limit} in use, {row.borrowed} borrowed; {row.lent} lent to other "
-        f"shares, {row.idle} idle",
+        f"shares, {row.idle} idle ({row.kept} kept)",
     )
 
 

@@ -60,10 +60,10 @@ def queue_edit(request, queue_id: int | None = None):
             what="queue",
             to="manage_queues",
             create=lambda: config_services.config_object_create(
-                model=JobQueue, fields=form.cleaned_data, actor=request.user
+                model=JobQueue, fields=form.queue_fields(), actor=request.user
             ),
             update=lambda: config_services.job_queue_update(
-                job_queue=queue, changes=form.cleaned_data, actor=request.user
+                job_queue=queue, changes=form.queue_fields(), actor=request.user
             ),
         )
         if saved:
@@ -217,6 +217,7 @@ def share_limits_check(request, share_id: int | None = None):
         if borrow_limit is None:
             borrow_limit = -1
         types = {type_.pk: type_ for type_ in form.instance_types}
+        lending = form.proposed_lending_limits()
         try:
             rules.validate_quota_share(
                 share=share,
@@ -224,7 +225,9 @@ def share_limits_check(request, share_id: int | None = None):
                 name=request.POST.get("name", ""),
                 strategy=request.POST.get("strategy", ""),
                 borrow_limit=borrow_limit,
-                limits=[rules.LimitInput(types[t], n) for t, n in form.proposed_limits().items()],
+                limits=[
+                    rules.LimitInput(types[t], n, lending.get(t)) for t, n in form.proposed_limits().items()
+                ],
             )
         except ValidationError as exc:
             live_errors = error_dict(exc)

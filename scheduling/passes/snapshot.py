@@ -84,10 +84,10 @@ def snapshot_querysets(*, job_queue: JobQueue) -> dict[str, QuerySet]:
             service_environment_id=job_queue.service_environment_id,
         ).values_list("instance_type_id", "max_capacity"),
         "limits": ShareCapacityLimit.objects.filter(quota_share__job_queue_id=queue_id).values_list(
-            "quota_share_id", "instance_type_id", "max_capacity"
+            "quota_share_id", "instance_type_id", "max_capacity", "lending_limit"
         ),
         "shares": QuotaShare.objects.filter(job_queue_id=queue_id)
-        .values("id", "name", "strategy", "borrow_limit", "in_share_preemption", "state")
+        .values("id", "name", "strategy", "borrow_limit", "in_share_preemption", "fair_share_weight", "state")
         .order_by("id"),
         "plan_shares": TrainingPlan.quota_shares.through.objects.filter(
             trainingplan__job_queue_id=queue_id
@@ -114,8 +114,11 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
     type_names = dict(reads["types"])
     capacity = {type_names[type_id]: maximum for type_id, maximum in reads["capacity"]}
     limits: dict[int, dict[str, int]] = {}
-    for share_id, type_id, maximum in reads["limits"]:
+    lending_limits: dict[int, dict[str, int]] = {}
+    for share_id, type_id, maximum, lending_limit in reads["limits"]:
         limits.setdefault(share_id, {})[type_names[type_id]] = maximum
+        if lending_limit is not None:
+            lending_limits.setdefault(share_id, {})[type_names[type_id]] = lending_limit
     shares = tuple(
         et.Share(
             id=row["id"],
@@ -125,6 +128,8 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             borrow_limit=row["borrow_limit"],
             in_share_preemption=row["in_share_preemption"],
             enabled=row["state"] == State.ENABLED,
+            lending_limits=lending_limits.get(row["id"], {}),
+            fair_share_weight=row["fair_share_weight"],
         )
         for row in reads["shares"]
     )
@@ -242,6 +247,8 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
         ordering=et.Ordering(job_queue.ordering),
         plan_drain_seconds=settings.PLAN_DRAIN_SECONDS,
         queue_enabled=job_queue.enabled,
+        idle_capacity_assignment=et.IdleCapacityAssignment(job_queue.idle_capacity_assignment),
+        preemption_min_runtime_seconds=job_queue.preemption_min_runtime_seconds,
     )
     return snap, index
 

@@ -122,10 +122,13 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
         .order_by("name")
     }
     limits: dict[int, dict[str, int]] = {share_id: {} for share_id in shares}
-    for share_id, type_id, maximum in ShareCapacityLimit.objects.filter(
+    lending_limits: dict[int, dict[str, int]] = {}
+    for share_id, type_id, maximum, lending_limit in ShareCapacityLimit.objects.filter(
         quota_share__job_queue=job_queue
-    ).values_list("quota_share_id", "instance_type_id", "max_capacity"):
+    ).values_list("quota_share_id", "instance_type_id", "max_capacity", "lending_limit"):
         limits[share_id][type_names[type_id]] = maximum
+        if lending_limit is not None:
+            lending_limits.setdefault(share_id, {})[type_names[type_id]] = lending_limit
     usage: dict[tuple[int, str], int] = {}
     plan_use: dict[int, int] = {}
     share_plan_use: dict[tuple[int, int], int] = {}  # (share id, plan id) -> instances
@@ -152,7 +155,11 @@ def queue_usage(*, job_queue: JobQueue) -> QueueUsage:
         if share_id in shares:
             shares[share_id].pending = pending
     rows, loans, types = accounting.share_usage(
-        capacity=capacity, limits=limits, strategies={s.id: s.strategy for s in shares.values()}, usage=usage
+        capacity=capacity,
+        limits=limits,
+        strategies={s.id: s.strategy for s in shares.values()},
+        usage=usage,
+        lending_limits=lending_limits,
     )
     for row in rows:
         if row.share_id in shares:

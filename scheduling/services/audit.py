@@ -23,10 +23,15 @@ def config_state(obj: models.Model) -> dict[str, Any]:
         state[model_field.name] = value if plain else str(value)
     if obj.pk is not None:
         if hasattr(obj, "capacity_limits"):
-            state["capacity_limits"] = {
-                limit.instance_type.name: limit.max_capacity
-                for limit in obj.capacity_limits.select_related("instance_type")
+            limits = list(obj.capacity_limits.select_related("instance_type"))
+            state["capacity_limits"] = {limit.instance_type.name: limit.max_capacity for limit in limits}
+            lending = {
+                limit.instance_type.name: limit.lending_limit
+                for limit in limits
+                if getattr(limit, "lending_limit", None) is not None
             }
+            if lending:
+                state["lending_limits"] = lending
         if hasattr(obj, "quota_shares") and obj._meta.model_name == "trainingplan":
             state["quota_shares"] = sorted(obj.quota_shares.values_list("name", flat=True))
     return state

@@ -61,7 +61,7 @@ def _capacities(limits: Sequence[rules.LimitInput]) -> dict:
 
 def _limits_of(obj: models.Model) -> list[rules.LimitInput]:
     return [
-        rules.LimitInput(limit.instance_type, limit.max_capacity)
+        rules.LimitInput(limit.instance_type, limit.max_capacity, getattr(limit, "lending_limit", None))
         for limit in obj.capacity_limits.select_related("instance_type")
     ]
 
@@ -267,7 +267,10 @@ def quota_share_create(
     share.save()
     ShareCapacityLimit.objects.bulk_create(
         ShareCapacityLimit(
-            quota_share=share, instance_type=limit.instance_type, max_capacity=limit.max_capacity
+            quota_share=share,
+            instance_type=limit.instance_type,
+            max_capacity=limit.max_capacity,
+            lending_limit=limit.lending_limit,
         )
         for limit in limits
     )
@@ -328,7 +331,10 @@ def quota_share_update(
         share.capacity_limits.all().delete()
         ShareCapacityLimit.objects.bulk_create(
             ShareCapacityLimit(
-                quota_share=share, instance_type=limit.instance_type, max_capacity=limit.max_capacity
+                quota_share=share,
+                instance_type=limit.instance_type,
+                max_capacity=limit.max_capacity,
+                lending_limit=limit.lending_limit,
             )
             for limit in limits
         )

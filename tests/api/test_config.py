@@ -326,6 +326,8 @@ def test_staff_creates_a_queue_on_a_free_environment(world, client_for):
         "state": "ENABLED",
         "service_environment": "spare",
         "ordering": "BEST_EFFORT_FIFO",
+        "idle_capacity_assignment": "FIFO",
+        "preemption_min_runtime_seconds": 0,
     }
     assert len(audit("scheduling.JobQueue", "created")) == 1
 
@@ -420,6 +422,7 @@ def test_a_share_reads_with_names_and_its_limits(world, client_for):
         "strategy": "RESERVE",
         "borrow_limit": -1,
         "in_share_preemption": False,
+        "fair_share_weight": "1.000",
         "state": "ENABLED",
     }
 
@@ -652,3 +655,23 @@ def test_a_plan_named_by_a_job_cannot_be_deleted(world, client_for):
     assert response.json()["detail"] == (
         "training plan nlp-p5-december is still referenced by 1 job preference; remove those first"
     )
+
+
+def test_a_lending_limit_above_max_capacity_or_on_a_reserve_share_is_named_in_the_400(world, client_for):
+    body = {
+        "name": "lender",
+        "job_queue": "training",
+        "team": "nlp",
+        "strategy": "RESERVE",
+        "capacity_limits": [{"instance_type": P5, "max_capacity": 1, "lending_limit": 1}],
+    }
+    response = client_for(world.admin).post(f"{API}/quota-shares/", body, format="json")
+    assert response.status_code == 400
+    assert "capacity_limits[0].lending_limit" in str(response.json())
+
+    body.update(
+        strategy="LEND", capacity_limits=[{"instance_type": P5, "max_capacity": 1, "lending_limit": 2}]
+    )
+    response = client_for(world.admin).post(f"{API}/quota-shares/", body, format="json")
+    assert response.status_code == 400
+    assert "lending_limit 2 must be between 0 and max_capacity 1" in str(response.json())

@@ -33,7 +33,11 @@ def limit(share: Share, instance_type: str) -> int:
 
 
 def reserved(share: Share, instance_type: str) -> int:
-    return limit(share, instance_type) if share.strategy == Strategy.RESERVE else 0
+    """RESERVE keeps its limit; another share keeps what its lending limit does not lend (none if unset)."""
+    if share.strategy == Strategy.RESERVE:
+        return limit(share, instance_type)
+    lending_limit = share.lending_limits.get(instance_type)
+    return 0 if lending_limit is None else max(0, limit(share, instance_type) - lending_limit)
 
 
 def most_allowed(share: Share, instance_type: str) -> int | None:

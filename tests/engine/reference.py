@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 
 from engine import PLACED_STATUSES, Entry, Job, Snapshot
 
@@ -46,6 +47,12 @@ def placed_on(snap: Snapshot, instance_type: str) -> list[Job]:
     )
 
 
+def protected(snap: Snapshot, job: Job) -> bool:
+    """Scheduled less than the queue's preemption_min_runtime_seconds ago."""
+    runtime = timedelta(seconds=snap.preemption_min_runtime_seconds)
+    return job.placement.scheduled_at + runtime > snap.now
+
+
 def over_limit(snap: Snapshot, share_id: int, instance_type: str) -> bool:
     share = next(s for s in snap.shares if s.id == share_id)
     return on_demand_usage(snap)[share_id, instance_type] > limit(share, instance_type)
@@ -71,7 +78,9 @@ def victims_for(snap: Snapshot, job: Job, entry: Entry, placed_in_pass: set[int]
     """The victims preemption takes to place `job` on the on-demand `entry`, or None when it cannot."""
     share = next(s for s in snap.shares if s.id == job.share_id)
     instance_type = entry.instance_type
-    candidates = [j for j in placed_on(snap, instance_type) if j.id not in placed_in_pass]
+    candidates = [
+        j for j in placed_on(snap, instance_type) if j.id not in placed_in_pass and not protected(snap, j)
+    ]
     reclaim = [
         j for j in candidates if j.share_id != share.id and over_limit(snap, j.share_id, instance_type)
     ]

@@ -28,6 +28,7 @@ from engine import (
     PLACED_STATUSES,
     Decisions,
     Entry,
+    IdleCapacityAssignment,
     Job,
     JobStatus,
     Ordering,
@@ -89,6 +90,10 @@ def queues(draw, *, lenders_and_a_borrower: bool = False) -> Snapshot:
         )
         if lenders_and_a_borrower and share_id == 1:
             strategy, borrow_limit = Strategy.LEND_AND_BORROW, -1
+        # Some lending shares lend only part of a limit (a lending limit from 0 to the limit).
+        lending_limits = {}
+        if strategy != Strategy.RESERVE and draw(st.booleans()):
+            lending_limits = {t: draw(st.integers(0, n)) for t, n in limits[share_id].items()}
         shares.append(
             Share(
                 id=share_id,
@@ -98,6 +103,7 @@ def queues(draw, *, lenders_and_a_borrower: bool = False) -> Snapshot:
                 borrow_limit=borrow_limit,
                 in_share_preemption=draw(st.booleans()),
                 enabled=draw(st.sampled_from([True] * 19 + [False])),
+                lending_limits=lending_limits,
             )
         )
     plans = []
@@ -123,6 +129,8 @@ def queues(draw, *, lenders_and_a_borrower: bool = False) -> Snapshot:
         ordering=draw(
             st.sampled_from([Ordering.BEST_EFFORT_FIFO, Ordering.BEST_EFFORT_FIFO, Ordering.STRICT_FIFO])
         ),
+        idle_capacity_assignment=draw(st.sampled_from(list(IdleCapacityAssignment))),
+        preemption_min_runtime_seconds=draw(st.sampled_from([0, 0, 600, 3600])),
     )
 
 
@@ -281,9 +289,7 @@ def test_every_pass_keeps_the_rules_when_lenders_take_back_what_a_borrower_holds
     # The borrower first asks for all the lendable capacity of each type, in pieces.
     first_jobs = []
     for t in sorted(queue.capacity):
-        lendable = queue.capacity[t] - sum(
-            s.limits.get(t, 0) for s in queue.shares if s.strategy == Strategy.RESERVE
-        )
+        lendable = queue.capacity[t] - sum(reserved(s, t) for s in queue.shares)
         while lendable > 0:
             n = min(lendable, rng.randint(1, 4))
             first_jobs.append(Job(len(first_jobs) + 1, borrower.id, rng.choice([0, 9]), NOW, (Entry(t, n),)))
@@ -460,6 +466,7 @@ def check_preemptions_were_needed(before: Snapshot, decisions: Decisions) -> Non
             assert preemption.preemptor_job_id is None
             continue
         assert victim.placement.training_plan is None
+        assert not reference.protected(before, victim), f"protected job {victim.id} was a victim"
         admission = admissions[preemption.preemptor_job_id]
         assert admission.training_plan is None
         assert admission.instance_type == victim.placement.instance_type
@@ -693,3 +700,52 @@ def check_graceful_work_conservation(before: Snapshot, decisions: Decisions, aft
                 continue
             for entry in job.entries:
                 assert not fits_now_and_settled(after, job, entry), f"job {job.id} fits {entry}"
+
+
+@st.composite
+def borrowers_of_one_idle_lender(draw) -> Snapshot:
+    """One type lent whole by an idle LEND share; 2-4 LEND_AND_BORROW shares of equal weight borrow it,
+    some already holding some; every waiting job asks for one instance at the same priority."""
+    capacity = draw(st.integers(4, 16))
+    owner = Share(id=1, name="owner", strategy=Strategy.LEND, limits={"t0": capacity})
+    borrowers = [
+        Share(id=i, name=f"b{i}", strategy=Strategy.LEND_AND_BORROW, limits={})
+        for i in range(2, draw(st.integers(3, 5)) + 1)
+    ]
+    jobs: list[Job] = []
+    held = 0
+    for share in borrowers:
+        for _ in range(draw(st.integers(0, 3))):
+            if held < capacity:
+                jobs.append(Job(len(jobs) + 1, share.id, 0, NOW - timedelta(hours=2), (Entry("t0", 1),)))
+                jobs[-1] = replace(
+                    jobs[-1],
+                    status=JobStatus.RUNNING,
+                    placement=Placement("t0", 1, None, NOW - timedelta(hours=1)),
+                )
+                held += 1
+    for i in range(draw(st.integers(2, 20))):
+        share = draw(st.sampled_from(borrowers))
+        submitted = NOW - timedelta(seconds=draw(st.integers(0, 600)))
+        jobs.append(Job(100 + i, share.id, 0, submitted, (Entry("t0", 1),)))
+    return Snapshot(
+        now=NOW,
+        capacity={"t0": capacity},
+        shares=(owner, *borrowers),
+        jobs=tuple(jobs),
+        idle_capacity_assignment=IdleCapacityAssignment.FAIR_SHARE,
+    )
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(queue=borrowers_of_one_idle_lender())
+def test_fair_share_never_hands_idle_capacity_to_a_borrower_that_already_borrows_more(queue: Snapshot):
+    borrowed = on_demand_usage(queue)
+    waiting = Counter(job.share_id for job in queue.jobs if job.status == JobStatus.RUNNABLE)
+    decisions = schedule(queue)
+    for admission in decisions.admissions:
+        rivals = [share_id for share_id, left in waiting.items() if left]
+        assert all(borrowed[admission.share_id, "t0"] <= borrowed[s, "t0"] for s in rivals)
+        borrowed[admission.share_id, "t0"] += 1
+        waiting[admission.share_id] -= 1
+    check_pass(queue, decisions, apply_decisions(queue, decisions))

@@ -291,7 +291,7 @@ def test_borrowing_share_may_ask_up_to_lendable_capacity(queue, nlp):
         submit(user, queue, vision, [(P5, 5, None)], name="too-big")
     assert exc.value.message_dict["instance_preferences[0].instance_count"] == [
         "ml.p5.48xlarge x5 can never run: share vision may hold at most 4 (limit 2 plus borrowing, and 4 of 8 "
-        "are reserved by RESERVE shares)"
+        "are kept by other shares)"
     ]
 
 

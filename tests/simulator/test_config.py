@@ -121,3 +121,42 @@ def test_a_bad_configuration_is_refused_naming_what_is_wrong(tmp_path, text, mes
         load_configurations(write(tmp_path, "bad.yaml", text))
 
     assert message in str(caught.value)
+
+
+LENDING_AND_FAIRNESS = """
+name: beyond
+idle_capacity_assignment: FAIR_SHARE
+preemption_min_runtime_seconds: 600
+capacity: {ml.p5.48xlarge: 10}
+shares:
+  - {name: nlp, strategy: LEND, limits: {ml.p5.48xlarge: 6}, lending_limits: {ml.p5.48xlarge: 2}}
+  - {name: vision, strategy: LEND_AND_BORROW, limits: {ml.p5.48xlarge: 4}, fair_share_weight: 2.5}
+"""
+
+
+def test_a_file_sets_lending_limits_weights_fair_share_and_protection(tmp_path):
+    from decimal import Decimal
+
+    from engine import IdleCapacityAssignment
+    from simulator.shortcuts import shortcuts_cover
+
+    path = tmp_path / "beyond.yaml"
+    path.write_text(LENDING_AND_FAIRNESS)
+
+    [config] = load_configurations(path)
+
+    assert config.idle_capacity_assignment == IdleCapacityAssignment.FAIR_SHARE
+    assert config.preemption_min_runtime_seconds == 600
+    assert config.share("nlp").lending_limits == {"ml.p5.48xlarge": 2}
+    assert config.share("vision").fair_share_weight == Decimal("2.5")
+    assert not shortcuts_cover(config)
+
+
+def test_a_lending_limit_on_a_reserve_share_or_above_its_limit_is_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(LENDING_AND_FAIRNESS.replace("strategy: LEND,", "strategy: RESERVE,"))
+    with pytest.raises(ConfigurationError, match="a RESERVE share lends nothing"):
+        load_configurations(path)
+    path.write_text(LENDING_AND_FAIRNESS.replace("{ml.p5.48xlarge: 2}", "{ml.p5.48xlarge: 7}"))
+    with pytest.raises(ConfigurationError, match="must be between 0 and its limit 6"):
+        load_configurations(path)

@@ -31,8 +31,10 @@ from simulator import philly as philly_mapping
 from simulator.backtest import NOISE_SIGMA, backtest, backtest_table
 from simulator.report import (
     COMPARISON_HEADER,
+    SETTINGS_HEADER,
     SHARE_HEADER,
     comparison_rows,
+    settings_rows,
     share_rows,
     speed_line,
     table,
@@ -70,6 +72,12 @@ class Command(BaseCommand):
             "--philly-comparison",
             action="store_true",
             help="all RESERVE vs all LEND vs all LEND_AND_BORROW, one share per Philly VC",
+        )
+        configs.add_argument(
+            "--variants",
+            action="store_true",
+            help="with --philly-comparison: all LEND_AND_BORROW under FAIR_SHARE, with a 10 and a 30 minute "
+            "protection from early preemption, and lending half of every limit",
         )
         configs.add_argument(
             "--capacity-scale",
@@ -276,6 +284,8 @@ class Command(BaseCommand):
                 seed=options["seed"],
                 plans=options["plans"],
             )
+            if options["variants"]:
+                configs += philly_mapping.setting_variants(configs)
         bases = {}
         if philly is not None:
             bases["philly"] = philly_mapping.philly_base(
@@ -342,6 +352,10 @@ class Command(BaseCommand):
             self.stdout.write("")
             self.stdout.write(
                 table(COMPARISON_HEADER, comparison_rows([r.metrics for r in replays]), markdown=markdown)
+            )
+            self.stdout.write("")
+            self.stdout.write(
+                table(SETTINGS_HEADER, settings_rows([r.metrics for r in replays]), markdown=markdown)
             )
         self.stdout.write("")
         for replay in replays:
