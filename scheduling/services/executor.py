@@ -87,7 +87,10 @@ def job_report(
     now = timezone.now()
     if job.status not in HOLDING_STATUSES:
         if _ends_as(status, job.status) and _attempt_ended(job):
-            return job  # the attempt ended already (this report, repeated, or a stop the pass settled)
+            # The attempt ended already (this report, repeated, or a stop the pass settled at its deadline a
+            # moment before the executor's STOPPED arrived): keep what it says about the process, nothing moves.
+            _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
+            return job
         raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
     if status not in REPORT_TRANSITIONS[job.status] and status != job.status:
         raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
