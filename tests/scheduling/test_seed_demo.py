@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 from datetime import timedelta
+from pathlib import Path
 from unittest import mock
 
 import pytest
