@@ -1,4 +1,4 @@
-# quotaportal: `make run` (set up, seed the demo, start web + worker + beat), `make lint` and `make test`.
+# quotaportal: `make run` (set up, seed the demo, start web + worker + beat + the agent), `make lint` and `make test`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -28,7 +28,8 @@ run: seed
 	@echo ""
 	@echo "  quotaportal is starting at http://$(HOST):$(PORT)/"
 	@echo "  sign in as admin / quotaportal-admin (staff), or ana / quotaportal-demo (a member of teams NLP and Research)"
-	@echo "  Ctrl-C stops the web server, the Celery worker and beat together."
+	@echo "  environment local: the agent runs real processes (agent/examples/train.py) in var/agent/jobs/"
+	@echo "  Ctrl-C stops the web server, the Celery worker, beat and the agent together."
 	@echo ""
 	PATH="$(CURDIR)/$(BIN):$$PATH" DEBUG=$${DEBUG:-1} QUOTAPORTAL_HOST=$(HOST) QUOTAPORTAL_PORT=$(PORT) $(BIN)/honcho start -f Procfile
 

@@ -213,6 +213,8 @@ SIMULATED_STOP_SECONDS = envint("SIMULATED_STOP_SECONDS", 3, minimum=0)
 # A long-polling executor (GET .../work/?wait=N) rereads the database at least this often, even when no
 # change was signalled through the cache (a lost signal costs at most this much latency).
 WORK_RECHECK_SECONDS = envint("WORK_RECHECK_SECONDS", 5, minimum=1, maximum=30)
+# Where seed_demo writes the token of the demo's agent (the Procfile's `agent` reads it with --token-file).
+DEMO_AGENT_TOKEN_FILE = VAR_DIR / "agent-token"
 # Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
 SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1)
 HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)

@@ -36,10 +36,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _test_settings(settings):
+def _test_settings(settings, tmp_path_factory):
     """Tests decide when passes run (tests of the autopass switch turn it back on), and hash passwords fast."""
     settings.QUOTAPORTAL_AUTOPASS = False
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # seed_demo writes the demo agent's token: never over the one a running demo's agent reads under var/.
+    settings.DEMO_AGENT_TOKEN_FILE = tmp_path_factory.getbasetemp() / "agent-token"
     # Throttle counters live in the cache: each test starts with its own, never one shared with other runs.
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     caches["default"].clear()

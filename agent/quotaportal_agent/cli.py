@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -73,6 +75,12 @@ def build_parser() -> Parser:
         "--url", required=True, type=base_url, help="the portal, e.g. https://quota.example.com"
     )
     parser.add_argument("--token", help="an API token with report_job_status (default: $QUOTAPORTAL_TOKEN)")
+    parser.add_argument("--token-file", type=Path, help="a file holding the token (instead of --token)")
+    parser.add_argument(
+        "--name",
+        type=non_empty,
+        help="this agent's executor name (default: HOST-<hash of the state file>; stable across restarts)",
+    )
     parser.add_argument("--environment", required=True, type=non_empty, help="service environment id or name")
     parser.add_argument("--instance-type", required=True, type=non_empty, help="the type this host offers")
     parser.add_argument("--slots", required=True, type=positive_int, help="instances (GPUs) on this host")
@@ -102,9 +110,18 @@ def resolve_environment(client: Client, given: str, stop: threading.Event) -> in
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.token and args.token_file:
+        parser.error("--token-file: give either --token or --token-file, not both")
     token = args.token or os.environ.get("QUOTAPORTAL_TOKEN", "")
+    if args.token_file:
+        try:
+            token = args.token_file.read_text().strip()
+        except OSError as error:
+            parser.error(f"--token-file: cannot read it: {error}")
+        if not token:
+            parser.error(f"--token-file: {args.token_file} is empty")
     if not token:
-        parser.error("--token: give it, or set QUOTAPORTAL_TOKEN")
+        parser.error("--token: give it, --token-file, or set QUOTAPORTAL_TOKEN")
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -119,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     if not lock.acquire():
         parser.error(f"--state-file: another agent is using {state_file}")
 
+    host = socket.gethostname()
+    name = args.name or f"{host}-{hashlib.sha256(str(state_file).encode()).hexdigest()[:8]}"
     stop = threading.Event()
-    client = Client(args.url, token)
+    client = Client(args.url, token, executor=name[:128], host=host[:255])
     agent: Agent | None = None
 
     def on_signal(number, _frame):
@@ -152,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         heartbeat_seconds=args.heartbeat_seconds,
         wait_seconds=args.wait_seconds,
     )
+    logging.getLogger(PROG).info("executor name %s", name)
     try:
         agent = Agent(config, client)
     except (ValueError, KeyError, TypeError) as error:

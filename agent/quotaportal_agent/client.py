@@ -53,9 +53,11 @@ class Backoff:
 
 
 class Client:
-    def __init__(self, url: str, token: str, *, timeout: float = 10.0):
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0, executor: str = "", host: str = ""):
         self.base = url.rstrip("/") + "/api/v1"
         self.timeout = timeout
+        # Who polls: the server lists this executor's jobs to stop, and shows it on the environment's page.
+        self.identity = {key: value for key, value in (("executor", executor), ("host", host)) if value}
         self._local = threading.local()  # a requests.Session is not thread-safe: one per thread
         self._headers = {"Authorization": f"Token {token}", "User-Agent": USER_AGENT}
 
@@ -75,7 +77,7 @@ class Client:
         try:
             response = self.session.get(
                 self.url("service-environments", environment_id, "work"),
-                params={"instance_type": instance_type, "wait": wait},
+                params={"instance_type": instance_type, "wait": wait, **self.identity},
                 timeout=self.timeout + wait,
             )
         except requests.RequestException as error:

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from scheduling.errors import Conflict
@@ -87,7 +87,10 @@ def job_report(
     now = timezone.now()
     if job.status not in HOLDING_STATUSES:
         if _ends_as(status, job.status) and _attempt_ended(job):
-            return job  # the attempt ended already (this report, repeated, or a stop the pass settled)
+            # The attempt ended already (this report, repeated, or a stop the pass settled at its deadline a
+            # moment before the executor's STOPPED arrived): keep what it says about the process, nothing moves.
+            _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
+            return job
         raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
     if status not in REPORT_TRANSITIONS[job.status] and status != job.status:
         raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
@@ -327,7 +330,8 @@ def executor_seen(*, environment: ServiceEnvironment, name: str, host: str, now)
 def executor_work_take(
     *, environment: ServiceEnvironment, executor: Executor, instance_type: str | None = None
 ) -> Work:
-    """Take the environment's SCHEDULED jobs nobody has taken (a claim), and list its jobs to stop.
+    """Take the environment's SCHEDULED jobs nobody has taken (a claim), and list the caller's jobs to stop
+    (those it took, and those no executor claimed).
 
     The claim is a conditional UPDATE (still SCHEDULED, still untaken) under the queue's row lock, which
     orders it with passes (a pass never preempts a job as untaken while it is being taken) and with other
@@ -392,7 +396,11 @@ def executor_work_take(
     )
     stop = [
         {"id": row["id"], "attempt": row["attempt"], "deadline": row["stop_deadline"]}
+        # Only the caller's: an agent told to stop a job another agent runs would answer "not running here"
+        # (STOPPED), freeing capacity a live process still holds. A job taken by a report alone (no claim)
+        # belongs to no executor in particular: every caller gets it.
         for row in jobs.filter(status=JobStatus.STOPPING, taken_at__isnull=False)
+        .filter(Q(taken_by=executor) | Q(taken_by__isnull=True))
         .order_by("stop_deadline", "id")
         .values("id", "attempt", "stop_deadline")
     ]

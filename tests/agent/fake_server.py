@@ -60,6 +60,7 @@ class FakeServer:
     jobs: dict[int, FakeJob] = field(default_factory=dict)
     reports: list[Received] = field(default_factory=list)
     polls: int = 0
+    pollers: set[tuple[str, str]] = field(default_factory=set)  # (executor, host) of every poll
     resend_claimed: bool = False  # also offer jobs handed out before but not yet reported STARTING
     down_after_claim: bool = False  # an outage right after the next start is handed out
     changed: threading.Condition = field(default_factory=threading.Condition)
@@ -246,6 +247,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, {"count": 1, "next": None, "previous": None, "results": results})
         elif url.path == "/".join(["/api/v1/service-environments", str(ENVIRONMENT_ID), "work", ""]):
             wait = min(30.0, float(query.get("wait", ["0"])[0]))
+            with self.server_state.changed:
+                self.server_state.pollers.add((query.get("executor", [""])[0], query.get("host", [""])[0]))
             self._answer(200, self.server_state.work(query.get("instance_type", [""])[0], wait))
         else:
             self._answer(404, {"detail": "Not found."})

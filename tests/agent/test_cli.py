@@ -69,6 +69,8 @@ def replaced(flag: str, value: str | None) -> list[str]:
         (replaced("--environment", " "), "--environment"),
         ([*GOOD, "--heartbeat-seconds", "-1"], "--heartbeat-seconds"),
         ([*GOOD, "--wait-seconds", "31"], "--wait-seconds"),
+        ([*replaced("--token", None), "--token-file", "/nonexistent/token"], "--token-file"),
+        ([*GOOD, "--token-file", "/nonexistent/token"], "--token-file"),
     ],
 )
 def test_a_bad_argument_is_one_line_naming_the_flag_and_exit_2(args, flag):
@@ -90,6 +92,26 @@ def test_an_unknown_environment_name_is_refused(server, tmp_path):
     assert (
         result.stderr == "quotaportal-agent: error: --environment: no service environment named 'nowhere'\n"
     )
+
+
+def test_the_token_comes_from_a_file_and_the_agent_names_itself_in_its_polls(server, tmp_path):
+    token_file = tmp_path / "agent-token"
+    token_file.write_text(TOKEN + "\n")
+    args = [*replaced("--url", server.url), "--work-dir", str(tmp_path / "work"), "--wait-seconds", "1"]
+    del args[args.index("--token") : args.index("--token") + 2]
+    args[args.index("--environment") + 1] = ENVIRONMENT_NAME  # the name lookup needs the token too
+    agent = subprocess.Popen(
+        agent_command(*args, "--token-file", str(token_file), "--name", "gpu-07"),
+        env=agent_env(),
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: server.polls >= 1, what="a poll with the token from the file")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=15) == 0
+    assert {executor for executor, _ in server.pollers} == {"gpu-07"}
+    assert all(host for _, host in server.pollers)
 
 
 def test_a_restarted_agent_adopts_what_runs_and_reports_what_ended_meanwhile(server, tmp_path):

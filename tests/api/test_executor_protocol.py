@@ -77,6 +77,19 @@ def test_work_lists_taken_jobs_to_stop_with_their_deadline(world, client_for, ru
     assert body["stop"][0]["deadline"]
 
 
+def test_a_job_to_stop_goes_only_to_the_executor_that_took_it(world, client_for, running):
+    """Another agent on the same environment must not hear of it: it would answer "not running here" (STOPPED)
+    and free capacity a live process still holds."""
+    executor = client_for(world.executor)
+    assert executor.get(work_url(world, executor="host-a")).json()["start"]
+    job_services.job_cancel(job_id=running.pk, actor=world.users["admin"])
+
+    assert executor.get(work_url(world, executor="host-b")).json() == {"start": [], "stop": []}
+    assert [job["id"] for job in executor.get(work_url(world, executor="host-a")).json()["stop"]] == [
+        running.pk
+    ]
+
+
 def test_work_on_a_simulated_environment_is_a_conflict(world, client_for):
     ServiceEnvironment.objects.filter(pk=world.queue.service_environment_id).update(
         executor=ServiceEnvironment.Executor.SIMULATED

@@ -209,6 +209,11 @@ def test_the_soak_refuses_sqlite_or_a_broker_other_than_redis(settings, on_postg
         call_command(Command(), "--seconds", "1")
 
 
+def test_the_soak_needs_an_agent_per_instance_type_of_its_external_queue():
+    with pytest.raises(CommandError, match="--agents: from 2"):
+        call_command(Command(), "--seconds", "1", "--agents", "1")
+
+
 @pytest.mark.django_db
 def test_the_soak_never_stops_a_redis_it_did_not_start(settings, on_postgres):
     if not on_postgres:

@@ -177,7 +177,7 @@ def test_seed_demo_is_idempotent():
     assert strategies == {"RESERVE", "LEND", "LEND_AND_BORROW"}
     assert QuotaShare.objects.filter(in_share_preemption=True).exists()
     assert QuotaShare.objects.exclude(borrow_limit=-1).exists()
-    assert counts[1] == 12 + len(demo.BORROWER_JOBS)  # and the reclaim's borrower, its lender sent for later
+    assert counts[1] == 12 + len(demo.BORROWER_JOBS) + len(demo.LOCAL_BORROWER_JOBS)  # lenders come later
 
 
 # --- one write path: the admin saves configuration through the services ----------------------------------

@@ -266,6 +266,24 @@ def test_cancelling_a_taken_job_stops_it_gracefully(queue, lender):
     assert {EventKind.STOPPING, EventKind.STOPPED, EventKind.CANCELLED} <= set(kinds)
 
 
+def test_a_stopped_report_after_the_deadline_settled_the_stop_still_records_the_exit_code(queue, lender):
+    """The agent SIGKILLs at the deadline, the pass settles the stop at the same moment: its STOPPED, a moment
+    late, changes nothing but is not lost either."""
+    job = job_in(lender, [(P5, 4)], name="train")
+    run_pass(queue)
+    take(job)
+    job = job_services.job_cancel(job_id=job.pk, actor=None)
+    Job.objects.filter(pk=job.pk).update(stop_deadline=timezone.now() - timedelta(seconds=1))
+    run_pass(queue)
+    events = Event.objects.count()
+    job = executor_services.job_report(
+        job_id=job.pk, attempt=job.attempt, status="STOPPED", exit_code=137, output_tail="killed\n"
+    )
+    assert job.status == JobStatus.CANCELLED and Event.objects.count() == events
+    attempt = JobAttempt.objects.get(job=job)
+    assert (attempt.exit_code, attempt.output_tail) == (137, "killed\n")
+
+
 def test_cancelling_a_placed_job_nobody_took_cancels_it_at_once(queue, lender):
     job = job_in(lender, [(P5, 4)], name="train")
     run_pass(queue)

@@ -16,6 +16,13 @@ Faults (`--fault`, at `--fault-at` seconds, for `--fault-seconds`):
   application_name) with pg_terminate_backend: web and workers must reconnect.
 - `worker`: SIGKILLs a Celery worker's pool process every 3 s, mid-pass or not: a killed pass rolls back and
   its message is redelivered (acks_late, task_reject_on_worker_lost).
+`--agents N` runs the `external` queue's jobs with N reference agents (`agent/quotaportal_agent`, real
+processes, long-polling the work endpoint through gunicorn's gthread workers) instead of the soak's own
+reporting thread: each job's `payload.command` is a short Python process that sleeps for its duration and
+sometimes exits 3. The agents share the environment's instance types round-robin; each offers as many slots as
+its type's capacity, so no start is ever refused for want of free slots on the agent the server happened to hand
+it to (the work endpoint does not yet take `?free_slots=`; agent/README.md), and the server's accounting is what
+the samples check: STOPPING jobs hold their capacity until their agent reports them STOPPED.
 Everything is bounded in time and count, talks to loopback only, and stops by itself.
 """
 
@@ -371,6 +378,7 @@ class Stats:
     samples: int = 0
     sample_ms: list[float] = field(default_factory=list)
     sample_errors: int = 0
+    stopping: Counter = field(default_factory=Counter)  # samples with STOPPING jobs, and those jobs
     fault_windows: list[tuple[float, float]] = field(default_factory=list)
     fault_notes: list[str] = field(default_factory=list)
 
@@ -423,7 +431,8 @@ class Processes:
         process.log.close()
 
     def stop_all(self) -> None:
-        for name in list(self.started):
+        # Agents first: they would only log the web server's absence.
+        for name in sorted(self.started, key=lambda name: not name.startswith("agent")):
             self.stop(name)
 
 
@@ -489,6 +498,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--fault-seconds", type=int, default=30, help="how long a fault lasts (default 30)"
         )
+        parser.add_argument(
+            "--agents",
+            type=int,
+            default=0,
+            help="run the external queue with this many reference agents (at least 2: one per instance type) "
+            "instead of the soak's reporting thread",
+        )
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", help="also write the results to this file")
 
@@ -497,6 +513,8 @@ class Command(BaseCommand):
         seconds, clients, workers = options["seconds"], options["clients"], options["workers"]
         if not (1 <= seconds <= 3600 and 1 <= clients <= 64 and 1 <= workers <= 16 and options["jobs"] >= 1):
             raise CommandError("--seconds 1..3600, --clients 1..64, --workers 1..16, --jobs >= 1")
+        if options["agents"] and not len(EXT_CAPACITY) <= options["agents"] <= 64:
+            raise CommandError(f"--agents: from {len(EXT_CAPACITY)} (one per instance type) to 64")
         if not 1 <= options["stall_seconds"] <= options["drain_seconds"]:
             raise CommandError("--stall-seconds must be at least 1 and at most --drain-seconds")
         if connection.vendor != "postgresql":
@@ -559,7 +577,12 @@ class Command(BaseCommand):
         faults = threading.Thread(target=self._faults, args=(load_over, env), daemon=True)
         load_started = time.monotonic()
         self.load_deadline = load_started + options["seconds"]
-        for thread in (sampler, executor, faults, *clients):
+        if options["agents"]:
+            self._start_agents(base, world)
+            threads = (sampler, faults, *clients)
+        else:
+            threads = (sampler, executor, faults, *clients)
+        for thread in threads:
             thread.start()
         for thread in clients:
             thread.join(timeout=options["seconds"] + REQUEST_TIMEOUT + 60)
@@ -569,9 +592,11 @@ class Command(BaseCommand):
         undrained, drain_seconds = self._drain(world)
         stop.set()
         backlog = self._broker_backlog(broker)
-        executor.join(timeout=REQUEST_TIMEOUT + 5)
+        if executor.is_alive():
+            executor.join(timeout=REQUEST_TIMEOUT + 5)
         sampler.join(timeout=30)
         self.processes.stop_all()
+        self._end_agents_jobs()
         if undrained:
             left = list(
                 Job.objects.filter(
@@ -651,6 +676,12 @@ class Command(BaseCommand):
                 f"127.0.0.1:{port}",
                 "--workers",
                 str(self.options["web_workers"]),
+                # Each agent's long-poll holds a thread for up to its wait: threads, not sync workers.
+                *(
+                    ["--worker-class", "gthread", "--threads", str(self.options["agents"] + 8)]
+                    if self.options["agents"]
+                    else []
+                ),
                 "--timeout",
                 "60",
                 "--graceful-timeout",
@@ -697,6 +728,33 @@ class Command(BaseCommand):
             ],
             env,
         )
+
+    def _start_agents(self, base: str, world: dict) -> None:
+        """N agents round-robin over the external environment's types; each offers its type's capacity."""
+        self.agent_dirs: list[Path] = []
+        keys = sorted(EXT_CAPACITY)
+        env = {**os.environ, "PYTHONPATH": str(Path(settings.BASE_DIR) / "agent"), "PYTHONUNBUFFERED": "1"}
+        for i in range(self.options["agents"]):
+            key = keys[i % len(keys)]
+            work_dir = self.log_dir / f"agent{i}"
+            self.agent_dirs.append(work_dir)
+            argv = [sys.executable, "-m", "quotaportal_agent", "--url", base]
+            argv += ["--token", world["executor_token"], "--environment", str(world["ext_environment_id"])]
+            argv += ["--instance-type", TYPES[key], "--slots", str(EXT_CAPACITY[key])]
+            argv += ["--work-dir", str(work_dir), "--name", f"{PREFIX}agent{i}", "--heartbeat-seconds", "5"]
+            argv += ["--wait-seconds", "10", "--log-level", "WARNING"]
+            self.processes.start(f"agent{i}", argv, env)
+
+    def _end_agents_jobs(self) -> None:
+        """Stopped agents leave their jobs running (a restarted agent adopts them): end what is left."""
+        for work_dir in getattr(self, "agent_dirs", []):
+            try:
+                state = json.loads((work_dir / "state.json").read_text())
+            except (OSError, ValueError):
+                continue
+            for job in state.get("jobs", []):
+                if job.get("pid"):
+                    _signal_group(job["pid"], signal.SIGKILL)
 
     def _wait(self, ready, seconds: float, what: str) -> None:
         deadline = time.monotonic() + seconds
@@ -906,7 +964,7 @@ class Command(BaseCommand):
             while not stop.is_set():
                 began = time.monotonic()
                 try:
-                    found = sample_violations(config, world["queue_ids"])
+                    found = sample_violations(config, world["queue_ids"], self.stats.stopping)
                 except (
                     OperationalError,
                     InterfaceError,
@@ -1147,7 +1205,8 @@ class Command(BaseCommand):
             statuses[str(code)] += n
         return {
             "options": {
-                k: self.options[k] for k in ("seconds", "clients", "workers", "jobs", "web_workers", "fault")
+                k: self.options[k]
+                for k in ("seconds", "clients", "workers", "jobs", "web_workers", "fault", "agents")
             },
             "load_seconds": round(load_seconds, 1),
             "requests": requests_total,
@@ -1174,6 +1233,8 @@ class Command(BaseCommand):
                 "max": round(max(durations, default=0), 1),
             },
             "events": dict(sorted(kinds.items())),
+            "samples_with_stopping_jobs": self.stats.stopping["stopping_samples"],
+            "stopping_jobs_sampled": self.stats.stopping["stopping_jobs"],
             "attempts": len(all_attempts),
             "samples": stats.samples,
             "sample_ms": {
@@ -1197,7 +1258,12 @@ class Command(BaseCommand):
         o = r["options"]
         write(
             f"\nquotaportal soak: {r['load_seconds']} s load, {o['clients']} clients, {o['workers']} Celery "
-            f"workers + beat, gunicorn x{o['web_workers']}, faults: {', '.join(o['fault']) or 'none'}"
+            f"workers + beat, gunicorn x{o['web_workers']}, faults: {', '.join(o['fault']) or 'none'}, "
+            + (
+                f"{o['agents']} agents on the external queue"
+                if o.get("agents")
+                else "the external queue's fake executor"
+            )
         )
         rows = [
             (
@@ -1225,7 +1291,8 @@ class Command(BaseCommand):
                 "samples",
                 f"{r['samples']} every {SAMPLE_SECONDS} s in REPEATABLE READ, "
                 f"p50 {r['sample_ms']['p50']} ms, "
-                f"max {r['sample_ms']['max']} ms, {r['sample_errors']} failed",
+                f"max {r['sample_ms']['max']} ms, {r['sample_errors']} failed; "
+                f"{r['samples_with_stopping_jobs']} with STOPPING jobs (counted with their capacity)",
             ),
             ("replay", f"{r['attempts']} attempts, {r['replay_change_points']} change points checked"),
             ("histories", f"{r['histories_checked']} checked, {r['histories_broken']} inconsistent"),
@@ -1250,8 +1317,11 @@ class Command(BaseCommand):
 # --- the soak's world ---------------------------------------------------------------------------------------
 
 
-def sample_violations(config: Config, queue_ids: list[int]) -> list[str]:
-    """One consistent reading of the placed jobs and open attempts, checked against SPEC 2."""
+def sample_violations(config: Config, queue_ids: list[int], seen: Counter | None = None) -> list[str]:
+    """One consistent reading of the placed jobs and open attempts, checked against SPEC 2.
+
+    STOPPING jobs count with their whole placement (their processes may still run); `seen`, if given, counts
+    the samples that had some (`stopping_samples`) and the STOPPING jobs they held (`stopping_jobs`)."""
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -1263,6 +1333,7 @@ def sample_violations(config: Config, queue_ids: list[int]) -> list[str]:
                 "selected_instance_type_id",
                 "selected_instance_count",
                 "selected_training_plan_id",
+                "status",
             )
         )
         open_attempts = list(
@@ -1272,14 +1343,18 @@ def sample_violations(config: Config, queue_ids: list[int]) -> list[str]:
         )
     usage: Counter = Counter()
     plan_usage: Counter = Counter()
-    for _, share, type_id, count, plan in placed:
+    stopping = sum(1 for *_, status in placed if status == JobStatus.STOPPING)
+    if seen is not None and stopping:
+        seen["stopping_samples"] += 1
+        seen["stopping_jobs"] += stopping
+    for _, share, type_id, count, plan, _ in placed:
         if plan:
             plan_usage[plan] += count
         else:
             usage[(share, type_id)] += count
     broken = capacity_violations(config, dict(usage), dict(plan_usage), at)
     by_job = Counter(job_id for job_id, *_ in open_attempts)
-    placed_rows = {job_id: (type_id, count, plan) for job_id, _, type_id, count, plan in placed}
+    placed_rows = {job_id: (type_id, count, plan) for job_id, _, type_id, count, plan, _ in placed}
     for job_id, n in by_job.items():
         if n > 1:
             broken.append(f"job {job_id}: {n} open attempts (a duplicate placement)")
@@ -1387,6 +1462,7 @@ def soak_setup(*, clients: int) -> dict:
         "queue_ids": [queues[SIM_QUEUE].pk, queues[EXT_QUEUE].pk],
         "clients": users,
         "executor_token": Token.objects.create(user=executor).key,
+        "ext_environment_id": queues[EXT_QUEUE].service_environment_id,
     }
 
 
@@ -1418,6 +1494,11 @@ def soak_job_body(rng: random.Random, user: dict, name: str) -> dict:
         "retry_attempts": rng.choice([1, 1, 2]),
         "payload": {"soak": True, "n": rng.randint(0, 1000)},
     }
+    if queue == EXT_QUEUE:
+        # What an agent (--agents) runs: a process for the job's duration; about one in seven exits 3.
+        code = 3 if body["payload"]["n"] % 7 == 0 else 0
+        program = f"import sys, time; time.sleep({body['duration_seconds']}); sys.exit({code})"
+        body["payload"]["command"] = ["python3", "-c", program]
     if rng.random() < 0.1:
         body["max_pending_seconds"] = rng.randint(5, 30)
     if rng.random() < 0.2:

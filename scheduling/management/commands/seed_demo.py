@@ -10,12 +10,15 @@ import random
 import secrets
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from scheduling import rules
 from scheduling.models import (
@@ -197,10 +200,13 @@ class Command(BaseCommand):
         submitted += self._submit_jobs(
             queue=queue, shares=shares, types=types, plans={plan.name: plan}, count=jobs
         )
+        local_queue, token_file = self._local(teams=teams)
+        submitted += demo.demo_local_jobs_submit(job_queue=local_queue)
         summary = (
             f"demo ready: queue {queue.name} with {len(shares)} shares, plan {plan.name}, "
             f"{submitted} new job(s); speech's jobs arrive in {demo.LENDERS_ARRIVE_AFTER_SECONDS} s and reclaim "
-            "what vision borrowed"
+            f"what vision borrowed; on environment {demo.LOCAL_QUEUE}, the agent (token in {token_file}) runs "
+            f"real processes, and nlp reclaims from vision in {demo.LOCAL_LENDERS_ARRIVE_AFTER_SECONDS} s"
         )
         if published:
             self.stdout.write(
@@ -215,6 +221,60 @@ class Command(BaseCommand):
             self.stdout.write(f"{', '.join(members)}, password (shown only now): {member_password}")
         if not made_users:
             self.stdout.write("no account was created: existing passwords are unchanged")
+
+    def _local(self, *, teams) -> tuple[JobQueue, str]:
+        """The `local` environment (external executor, a few slots of this machine), its queue and shares, and
+        the agent's account; its token is written to DEMO_AGENT_TOKEN_FILE for the Procfile's agent."""
+        slot, _ = InstanceType.objects.update_or_create(
+            name=demo.LOCAL_TYPE, defaults={"gpu_count": 0, "hourly_price": None}
+        )
+        environment, _ = ServiceEnvironment.objects.update_or_create(
+            name=demo.LOCAL_QUEUE,
+            defaults={
+                "executor": ServiceEnvironment.Executor.EXTERNAL,
+                "stop_grace_seconds": demo.LOCAL_STOP_GRACE_SECONDS,
+                "lease_seconds": demo.LOCAL_LEASE_SECONDS,
+            },
+        )
+        EnvironmentCapacity.objects.update_or_create(
+            service_environment=environment, instance_type=slot, defaults={"max_capacity": demo.LOCAL_SLOTS}
+        )
+        queue, _ = JobQueue.objects.get_or_create(
+            name=demo.LOCAL_QUEUE, defaults={"service_environment": environment, "priority": 500}
+        )
+        half = demo.LOCAL_SLOTS // 2
+        for name, strategy in (("nlp", "LEND"), ("vision", "LEND_AND_BORROW")):
+            existing = QuotaShare.objects.filter(job_queue=queue, name=name).first()
+            rules.validate_quota_share(
+                share=existing,
+                job_queue=queue,
+                name=name,
+                strategy=strategy,
+                borrow_limit=-1,
+                limits=[rules.LimitInput(slot, half)],
+            )
+            share, _ = QuotaShare.objects.update_or_create(
+                job_queue=queue,
+                name=name,
+                defaults={"team": teams[name], "strategy": strategy, "borrow_limit": -1},
+            )
+            ShareCapacityLimit.objects.update_or_create(
+                quota_share=share, instance_type=slot, defaults={"max_capacity": half}
+            )
+        agent, made = get_user_model().objects.get_or_create(
+            username="local-agent", defaults={"first_name": "Local agent"}
+        )
+        if made:
+            agent.set_unusable_password()
+            agent.save()
+        agent.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+        token, _ = Token.objects.get_or_create(user=agent)
+        path = Path(settings.DEMO_AGENT_TOKEN_FILE)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(token.key + "\n")
+        return queue, str(path)
 
     def _submit_jobs(self, *, queue, shares, types, plans, count) -> int:
         rng = random.Random(20171009)
