@@ -68,6 +68,22 @@ def pass_due_record(job_queue_id: int, due: datetime | None, *, now: datetime) -
         logger.warning("next pass of queue %s not recorded: the cache is unavailable (%s)", job_queue_id, exc)
 
 
+def pass_due_by(job_queue_id: int, moment: datetime) -> None:
+    """Something outside a pass became due at `moment` (an executor took a job or renewed its lease: if it
+    goes silent, a pass must find the job lost then): the queue's recorded due time moves no later than it."""
+    settled = settings.PASS_SETTLED_SECONDS
+    if not settled:
+        return
+    key = pass_due_key(job_queue_id)
+    try:
+        recorded = cache.get(key)
+        if recorded is None or (recorded != NEVER and recorded <= moment.timestamp()):
+            return  # no record (the beat passes it anyway) or due already no later than `moment`
+        cache.set(key, moment.timestamp(), timeout=settled)
+    except Exception as exc:
+        logger.warning("lease of queue %s not recorded: the cache is unavailable (%s)", job_queue_id, exc)
+
+
 def queues_needing_pass(job_queue_ids: Iterable[int], *, now: datetime) -> list[int]:
     """Of these queues, those that are dirty, due by `now`, or without a record (one cache round trip)."""
     ids = list(job_queue_ids)

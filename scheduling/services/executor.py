@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -28,6 +29,7 @@ from scheduling.models import (
     PendingState,
     ServiceEnvironment,
 )
+from scheduling.passes.due import pass_due_by
 from scheduling.passes.requests import pass_request
 from scheduling.passes.stops import (
     released_fields,
@@ -122,6 +124,7 @@ def _lease_renew(*, job: Job, environment: ServiceEnvironment, now) -> None:
     job.taken_at = job.taken_at or now
     if environment.executor == ServiceEnvironment.Executor.EXTERNAL:  # the simulated executor never dies
         job.lease_expires_at = now + timedelta(seconds=environment.lease_seconds)
+        transaction.on_commit(partial(pass_due_by, job.job_queue_id, job.lease_expires_at))
     job.save(update_fields=["taken_at", "lease_expires_at"])
     if job.taken_by_id is not None:
         Executor.objects.filter(pk=job.taken_by_id).update(last_seen_at=now)
@@ -360,6 +363,8 @@ def executor_work_take(
                 lease_expires_at=now + timedelta(seconds=environment.lease_seconds),
             )
             if claimed:
+                lease = now + timedelta(seconds=environment.lease_seconds)
+                transaction.on_commit(partial(pass_due_by, environment.job_queue.pk, lease))
                 taken = list(
                     Job.objects.filter(pk__in=candidates, taken_by=executor, taken_at=now).values_list(
                         "id", flat=True

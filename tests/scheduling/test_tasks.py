@@ -265,3 +265,14 @@ def test_beat_passes_a_queue_when_the_lease_of_a_taken_job_runs_out(nlp, beat, s
     settle(nlp.job_queue_id)
     assert beat(at=lease - timedelta(seconds=5)) == []
     assert beat(at=lease + timedelta(seconds=1)) == [nlp.job_queue_id]
+
+
+def test_a_lease_renewed_after_the_pass_still_makes_the_queue_due_when_it_runs_out(nlp, beat, settle):
+    user = MembershipFactory(team=nlp.team).user
+    submit(nlp, user, "taken-later")
+    settle(nlp.job_queue_id)  # placed; no executor holds it yet, so nothing is due
+    assert beat(at=timezone.now() + timedelta(minutes=30)) == []
+    lease = timezone.now() + timedelta(minutes=5)
+    due.pass_due_by(nlp.job_queue_id, lease)  # what taking the job or a report does after commit
+    assert beat(at=lease - timedelta(seconds=5)) == []
+    assert beat(at=lease + timedelta(seconds=1)) == [nlp.job_queue_id]
