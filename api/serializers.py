@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 
 from django.contrib.auth import get_user_model
+from django.db import models
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -36,6 +37,15 @@ from scheduling.services import executor as executor_services
 from scheduling.services import jobs as job_services
 
 UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
+# What PostgreSQL's integer columns hold. SQLite holds 64 bits, so without these bounds it would keep 2**40
+# seconds, and every pass of the queue would then overflow computing a datetime from it.
+MIN_STORED_INT, MAX_STORED_INT = -2_147_483_648, 2_147_483_647
+STORED_INT_RANGES = {
+    "IntegerField": (MIN_STORED_INT, MAX_STORED_INT),
+    "PositiveIntegerField": (0, MAX_STORED_INT),
+    "SmallIntegerField": (-32_768, 32_767),
+    "PositiveSmallIntegerField": (0, 32_767),
+}
 
 # --- bodies refuse fields they do not know ---------------------------------------------------------------
 
@@ -61,7 +71,15 @@ class StrictSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 class StrictModelSerializer(RejectUnknownFields, serializers.ModelSerializer):
-    pass
+    def build_standard_field(self, field_name, model_field):
+        """Integer columns refuse what PostgreSQL's would, whichever database runs (400 naming the field)."""
+        field_class, kwargs = super().build_standard_field(field_name, model_field)
+        bounds = STORED_INT_RANGES.get(model_field.get_internal_type())
+        if bounds is not None and isinstance(model_field, models.IntegerField):
+            low, high = bounds
+            kwargs["min_value"] = max(kwargs.get("min_value", low), low)
+            kwargs["max_value"] = min(kwargs.get("max_value", high), high)
+        return field_class, kwargs
 
 
 # --- references by name ----------------------------------------------------------------------------------
@@ -113,13 +131,13 @@ class ShareNamesField(serializers.ListField):
 class CapacityLimitSerializer(StrictSerializer):
     instance_type = NameField("instance type", queryset=InstanceType.objects.all())
     # The upper bound is the database column's: a larger number is a 400, not an integer overflow.
-    max_capacity = serializers.IntegerField(min_value=0, max_value=2_147_483_647)
+    max_capacity = serializers.IntegerField(min_value=0, max_value=MAX_STORED_INT)
 
 
 class ShareCapacityLimitSerializer(CapacityLimitSerializer):
     lending_limit = serializers.IntegerField(
         min_value=0,
-        max_value=2_147_483_647,
+        max_value=MAX_STORED_INT,
         required=False,
         allow_null=True,
         help_text=(
@@ -456,6 +474,7 @@ class JobCancelSerializer(StrictSerializer):
 class JobReportSerializer(StrictSerializer):
     attempt = serializers.IntegerField(
         min_value=1,
+        max_value=MAX_STORED_INT,
         required=False,
         allow_null=True,
         default=None,
@@ -468,7 +487,14 @@ class JobReportSerializer(StrictSerializer):
         "when it was asked to stop)",
     )
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
-    exit_code = serializers.IntegerField(required=False, allow_null=True, default=None)
+    exit_code = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=MIN_STORED_INT,
+        max_value=MAX_STORED_INT,
+        help_text="the process's exit status (negative: the signal that ended it)",
+    )
     output_tail = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -525,6 +551,12 @@ class WorkQuerySerializer(serializers.Serializer):
         help_text="the executor's name, for the environment's Executors list (default: the account's name)",
     )
     host = serializers.CharField(required=False, max_length=255, default="", allow_blank=True)
+
+    def validate_instance_type(self, name: str) -> str:
+        # A misspelt type would otherwise answer "no work" for ever.
+        if not InstanceType.objects.filter(name=name).exists():
+            raise serializers.ValidationError(f"unknown instance type {name}")
+        return name
 
 
 class JobSummarySerializer(serializers.ModelSerializer):
@@ -616,9 +648,17 @@ class ScheduleResultSerializer(serializers.Serializer):
 
 
 class SnapshotJobSerializer(serializers.ModelSerializer):
+    """A RUNNABLE job in the queue's order; another team's job shows neither its name nor its reason.
+
+    The reader is the context's `viewer`, as in `JobSummarySerializer`; without one, all of it.
+    """
+
+    name = serializers.CharField(read_only=True, allow_null=True, help_text="null for another team's job")
     quota_share = NameField("quota share", read_only=True)
     team = NameField("team", slug_field="slug", read_only=True)
-    status_reason = serializers.CharField(source="current_reason", read_only=True)
+    status_reason = serializers.CharField(
+        source="current_reason", read_only=True, allow_null=True, help_text="null for another team's job"
+    )
     queue_position = serializers.IntegerField(read_only=True, allow_null=True)
     estimated_start = EstimatedStartSerializer(read_only=True, allow_null=True)
 
@@ -635,6 +675,13 @@ class SnapshotJobSerializer(serializers.ModelSerializer):
             "estimated_start",
             "created_at",
         ]
+
+    def to_representation(self, job: Job) -> dict:
+        body = super().to_representation(job)
+        viewer = self.context.get("viewer")
+        if viewer is not None and not viewer.sees_team(job.team_id):
+            body["name"] = body["status_reason"] = None
+        return body
 
 
 class ShareTypeUsageSerializer(serializers.Serializer):

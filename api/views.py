@@ -6,7 +6,6 @@ Every list reads a constant number of queries whatever its page size (tests/api/
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from functools import cached_property
 
@@ -27,6 +26,7 @@ from api.permissions import (
     IsStaff,
     IsStaffOrReadOnly,
     IsStaffOrTeamManager,
+    api_viewer,
     sees_all_jobs,
 )
 from api.schema import ApiAutoSchema
@@ -50,7 +50,7 @@ from scheduling.passes.work import work_version, work_wait
 from scheduling.selectors.events import events_visible_to
 from scheduling.selectors.jobs import jobs_for_user, jobs_in_full
 from scheduling.selectors.queue import QueueSnapshot, queue_snapshot
-from scheduling.selectors.visibility import Viewer, viewer_for
+from scheduling.selectors.visibility import Viewer
 from scheduling.services import configuration as config_services
 from scheduling.services import executor as executor_services
 from scheduling.services import jobs as job_services
@@ -241,7 +241,11 @@ class JobQueueViewSet(ConfigViewSet):
     @action(detail=True, methods=["get"], serializer_class=s.QueueSnapshotSerializer)
     def snapshot(self, request, pk=None):
         snapshot = queue_snapshot(job_queue=self.get_object(), now=timezone.now(), job_limit=SNAPSHOT_JOBS)
-        return Response(s.QueueSnapshotSerializer(_snapshot_body(snapshot)).data)
+        # Other teams' jobs in aggregate only: their place in the order, never their names or reasons.
+        body = s.QueueSnapshotSerializer(
+            _snapshot_body(snapshot), context={"viewer": api_viewer(request.user)}
+        )
+        return Response(body.data)
 
 
 def _snapshot_body(snapshot: QueueSnapshot) -> dict:
@@ -454,9 +458,7 @@ class EventViewSet(mixins.ListModelMixin, ApiViewSet):
 
     @cached_property
     def viewer(self) -> Viewer:
-        """Who reads (1 query): executor accounts read every event, as they read every job."""
-        user = self.request.user
-        return dataclasses.replace(viewer_for(user=user), is_staff=sees_all_jobs(user))
+        return api_viewer(self.request.user)
 
     def get_serializer_context(self):
         context = super().get_serializer_context()

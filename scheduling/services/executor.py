@@ -81,6 +81,10 @@ def job_report(
     if status not in REPORTABLE_STATUSES:
         raise ValidationError({"status": [f"status must be one of {', '.join(REPORTABLE_STATUSES)}"]})
     job = job_lock(job_id)
+    if attempt is not None and attempt > job.attempt:
+        raise Conflict(
+            f"attempt {attempt} of job {job.pk} was never handed out: its current attempt is {job.attempt}"
+        )
     if attempt is not None and attempt != job.attempt:
         raise Conflict(
             f"attempt {attempt} of job {job.pk} is stale: its current attempt is {job.attempt}; "

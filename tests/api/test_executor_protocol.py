@@ -110,6 +110,15 @@ def test_wait_outside_0_to_30_is_a_400_naming_wait(world, client_for, wait):
     assert response.status_code == 400 and "wait" in response.json()
 
 
+def test_an_unknown_instance_type_is_a_400_naming_it_not_an_empty_answer_for_ever(world, client_for, running):
+    response = client_for(world.executor).get(work_url(world, instance_type="ml.p5.48xlarg"))
+
+    assert response.status_code == 400
+    assert response.json() == {"instance_type": ["unknown instance type ml.p5.48xlarg"]}
+    running.refresh_from_db()
+    assert running.taken_at is None and not Executor.objects.exists()
+
+
 def test_a_long_poll_with_nothing_to_do_answers_empty_after_the_wait(world, client_for):
     started = time.monotonic()
     body = client_for(world.executor).get(work_url(world, wait=1)).json()
@@ -182,6 +191,59 @@ def test_a_stopped_report_applies_the_stop_outcome_and_is_idempotent(world, clie
     assert first.status_code == 200 and first.json()["status"] == "CANCELLED"
     second = report(executor, running, attempt=1, status="STOPPED", exit_code=-15)
     assert second.status_code == 200 and second.json()["status"] == "CANCELLED"
+
+
+def test_an_attempt_from_the_future_is_a_409_that_says_so_and_changes_nothing(world, client_for, running):
+    response = report(client_for(world.executor), running, attempt=2, status="SUCCEEDED")
+
+    assert response.status_code == 409 and "never handed out" in response.json()["detail"]
+    running.refresh_from_db()
+    assert (running.status, running.taken_at) == (JobStatus.SCHEDULED, None)
+
+
+@pytest.mark.parametrize("exit_code", [2**31, -(2**31) - 1, 2**70])
+def test_an_exit_code_no_process_has_is_a_400_naming_it_and_changes_nothing(
+    world, client_for, running, exit_code
+):
+    response = report(client_for(world.executor), running, attempt=1, status="FAILED", exit_code=exit_code)
+
+    assert response.status_code == 400 and list(response.json()) == ["exit_code"]
+    running.refresh_from_db()
+    assert (running.status, running.taken_at) == (JobStatus.SCHEDULED, None)
+    assert JobAttempt.objects.get(job=running).exit_code is None
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"attempt": "1", "status": "RUNNING", "exit_code": "zero"}, "exit_code"),
+        ({"attempt": [1], "status": "RUNNING"}, "attempt"),
+        ({"attempt": 1, "status": {"RUNNING": 1}}, "status"),
+        ({"attempt": 1, "status": "RUNNING", "reason": None}, "reason"),
+        ({"attempt": 1, "status": "RUNNING", "output_tail": ["line"]}, "output_tail"),
+        ({"attempt": 1, "status": "RUNNING", "output_tail": "x" * 65537}, "output_tail"),
+        ({"attempt": 1, "status": "RUNNING", "output_tail": "before\x00after"}, "output_tail"),
+        ({"attempt": 1, "status": "RUNNING", "reason": "a" * 2001}, "reason"),
+        ({"attempt": 1, "status": "RUNNING", "pid": 4242}, "pid"),
+    ],
+)
+def test_a_report_with_a_bad_field_is_a_400_naming_it_and_changes_nothing(
+    world, client_for, running, body, field
+):
+    response = client_for(world.executor).post(f"{JOBS}{running.pk}/report/", body, format="json")
+
+    assert response.status_code == 400 and list(response.json()) == [field]
+    running.refresh_from_db()
+    assert (running.status, running.taken_at, running.lease_expires_at) == (JobStatus.SCHEDULED, None, None)
+
+
+def test_a_report_with_an_unpaired_surrogate_is_a_400_naming_the_field(world, client_for, running):
+    raw = '{"attempt": 1, "status": "RUNNING", "output_tail": "\\ud800"}'
+    response = client_for(world.executor).post(
+        f"{JOBS}{running.pk}/report/", raw, content_type="application/json"
+    )
+
+    assert response.status_code == 400 and list(response.json()) == ["output_tail"]
 
 
 def test_stopped_for_a_job_nobody_asked_to_stop_is_a_409(world, client_for, running):

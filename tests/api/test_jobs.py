@@ -187,6 +187,34 @@ def test_bad_numbers_are_400s_naming_each_field_at_once(world, client_for):
     }
 
 
+def test_durations_and_counts_past_an_integer_column_are_400s_on_every_database(world, client_for):
+    # SQLite stores 64 bits: 10**14 seconds used to be kept, and every pass of the queue then overflowed.
+    body = submission(
+        duration_seconds=10**14,
+        max_pending_seconds=2**31,
+        preemption_retries_before_termination=2**40,
+    )
+
+    response = client_for(world.ana).post(JOBS, body, format="json")
+
+    assert response.status_code == 400
+    assert set(response.json()) == {
+        "duration_seconds",
+        "max_pending_seconds",
+        "preemption_retries_before_termination",
+    }
+    assert not Job.objects.exists()
+
+
+def test_the_longest_duration_a_column_holds_is_accepted_and_scheduled(world, client_for):
+    body = submission(duration_seconds=2**31 - 1, max_pending_seconds=2**31 - 1)
+
+    response = client_for(world.ana).post(JOBS, body, format="json")
+
+    assert response.status_code == 201, response.json()
+    assert client_for(world.admin).post(f"/api/v1/job-queues/{world.queue.pk}/schedule/").status_code == 200
+
+
 def test_a_payload_that_is_not_an_object_is_a_400_naming_payload(world, client_for):
     response = client_for(world.ana).post(JOBS, submission(payload=[1, 2]), format="json")
 

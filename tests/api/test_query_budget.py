@@ -123,13 +123,14 @@ BUDGETS = {
     # the viewer's teams, whether they read everything (their permissions, 2), the count, the page
     "events": ("/api/v1/events/", "chen", many_events, 5),
     "events tailing": ("/api/v1/events/?since_id=0&kind=PREEMPTED_RECLAIM", "chen", many_events, 5),
-    # 7 usage, 8 the pass's own snapshot load (for the engine's head order), the queue, the jobs, the teams.
-    "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 18),
+    # 7 usage, 8 the pass's own snapshot load (for the engine's head order), the queue, the jobs, the teams,
+    # and who reads (their teams, whether they read everything: their permissions, 2).
+    "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 21),
     "snapshot of a busy queue": (
         "/api/v1/job-queues/{queue}/snapshot/",
         "ana",
         many_runnable_and_placed_jobs,
-        18,
+        21,
     ),
 }
 

@@ -97,6 +97,21 @@ def test_snapshot_lists_runnable_jobs_in_scheduling_order(world, client_for):
     assert (body["jobs"][0]["quota_share"], body["jobs"][0]["team"]) == ("vision", "vision")
 
 
+def test_snapshot_shows_another_teams_jobs_without_their_names_or_reasons(world, client_for):
+    ours = job_in(world.nlp, [(P5, 1)], name="secret-llm", status_reason="waiting for ml.p5.48xlarge")
+    theirs = job_in(world.vision, [(P4, 1)], name="vision-run", status_reason="waiting for ml.p4d")
+
+    as_chen = {job["id"]: job for job in snapshot(client_for(world.chen), world.queue).json()["jobs"]}
+    as_ana = {job["id"]: job for job in snapshot(client_for(world.ana), world.queue).json()["jobs"]}
+    as_executor = {job["id"]: job for job in snapshot(client_for(world.executor), world.queue).json()["jobs"]}
+
+    assert (as_chen[ours.pk]["name"], as_chen[ours.pk]["status_reason"]) == (None, None)
+    assert (as_chen[ours.pk]["quota_share"], as_chen[ours.pk]["team"]) == ("nlp", "nlp")
+    assert as_chen[theirs.pk]["name"] == "vision-run" and as_chen[theirs.pk]["status_reason"]
+    assert as_ana[ours.pk]["name"] == "secret-llm" and as_ana[theirs.pk]["name"] is None
+    assert as_executor[ours.pk]["name"] == "secret-llm" and as_executor[theirs.pk]["name"] == "vision-run"
+
+
 def test_snapshot_lists_runnable_jobs_in_the_engines_head_order(world, client_for):
     # nlp and speech are under their limits; vision borrows (15 of P4 against limits summing to 14), so its
     # heads come after theirs whatever their priority. Within a group: priority, then submission, then id.
