@@ -5,8 +5,10 @@ Every setting of quotaportal comes from here; `.env.example` lists them all.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -60,9 +62,35 @@ def envurl(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
     scheme = raw.split("://", 1)[0] if "://" in raw else ""
     if scheme not in schemes:
         raise ImproperlyConfigured(
-            f"{name}={raw!r} has an unsupported scheme {scheme!r}: use one of {', '.join(s + '://' for s in schemes)}"
+            f"{name}={_masked(raw)!r} has an unsupported scheme {scheme!r}: "
+            f"use one of {', '.join(s + '://' for s in schemes)}"
         )
+    try:
+        urlsplit(raw).port  # noqa: B018 - reading it is the check: a port that is no port number raises
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={_masked(raw)!r} is not a valid URL: {exc}") from None
     return raw
+
+
+def _masked(url: str) -> str:
+    """The URL without its password, for messages that end up in logs."""
+    head, at, tail = url.rpartition("@")
+    if not at or "://" not in head:
+        return url
+    scheme, _, credentials = head.partition("://")
+    user, colon, _password = credentials.partition(":")
+    return f"{scheme}://{user}{':***' if colon else ''}@{tail}"
+
+
+def envlevel(name: str, default: str) -> str:
+    """A logging level by name (DEBUG, INFO, WARNING, ERROR, CRITICAL), in any case."""
+    raw = os.environ.get(name, default)
+    value = raw.strip().upper()
+    if value not in logging.getLevelNamesMapping() or value == "NOTSET":
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a level: use DEBUG, INFO, WARNING, ERROR or CRITICAL"
+        )
+    return value
 
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour|d|day)\s*$")

@@ -12,9 +12,13 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from quotaportal.env import envbool, envint, envlist, envrate, envstr, envurl
+from quotaportal.env import envbool, envint, envlevel, envlist, envrate, envstr, envurl
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Durations have maxima: a number of seconds or days the process would add to today's date must not take it
+# past the year 9999, or the pass, the pruning or the sign-in that computes that date fails, long after start.
+_A_YEAR = 365 * 86_400
+_A_CENTURY_IN_DAYS = 36_500
 VAR_DIR = Path(envstr("QUOTAPORTAL_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = envbool("DEBUG", False)
@@ -69,7 +73,9 @@ MIDDLEWARE = [
 HTTPS = envbool("HTTPS", False)
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", HTTPS)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
-SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_SECONDS = envint(
+    "SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0, maximum=10 * _A_YEAR
+)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
 SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", HTTPS)
 BEHIND_PROXY = envbool("BEHIND_PROXY", False)
@@ -123,8 +129,12 @@ DATABASE_URL = envurl(
     schemes=("sqlite", "postgres", "postgresql", "pgsql"),
 )
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60, minimum=0))
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60, minimum=0, maximum=86_400)
+    )
 }
+if not DATABASES["default"]["NAME"]:
+    raise ImproperlyConfigured("DATABASE_URL names no database: write postgres://USER@HOST:PORT/NAME")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A worker, beat and the web server share one SQLite file: wait for the write lock instead of failing.
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
@@ -169,8 +179,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT = "quotaportal.broker:Transport"
     _broker_dir = VAR_DIR / "broker"
-    for _folder in ("out", "processed", "control"):
-        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+    try:
+        for _folder in ("out", "processed", "control"):
+            (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"QUOTAPORTAL_VAR_DIR={str(VAR_DIR)!r}: cannot create the broker's folders in it ({exc.strerror})"
+        ) from None
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
@@ -199,7 +214,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # --- quotaportal ----------------------------------------------------------------------------------------
 QUOTAPORTAL_AUTOPASS = envbool("QUOTAPORTAL_AUTOPASS", True)
-PLAN_DRAIN_SECONDS = envint("PLAN_DRAIN_SECONDS", 1800, minimum=0)
+PLAN_DRAIN_SECONDS = envint("PLAN_DRAIN_SECONDS", 1800, minimum=0, maximum=_A_YEAR)
 PASS_INTERVAL_SECONDS = envint("PASS_INTERVAL_SECONDS", 5, minimum=1, maximum=3600)
 # Estimated start times (SPEC 3.5): at most one estimate run per queue this often, after passes that changed
 # something; each run stops after ESTIMATE_TIME_LIMIT_SECONDS (jobs it did not reach get "not before")
@@ -207,25 +222,25 @@ ESTIMATE_INTERVAL_SECONDS = envint("ESTIMATE_INTERVAL_SECONDS", 30, minimum=1, m
 ESTIMATE_TIME_LIMIT_SECONDS = envint("ESTIMATE_TIME_LIMIT_SECONDS", 20, minimum=1, maximum=600)
 # The submit form's "if submitted now" estimate is cut off after this many seconds
 ESTIMATE_WHATIF_SECONDS = envint("ESTIMATE_WHATIF_SECONDS", 2, minimum=1, maximum=60)
-SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0)
+SIMULATED_STARTUP_SECONDS = envint("SIMULATED_STARTUP_SECONDS", 5, minimum=0, maximum=86_400)
 # How long the simulated executor takes to stop a STOPPING job (a checkpoint and exit), so demos show STOPPING.
-SIMULATED_STOP_SECONDS = envint("SIMULATED_STOP_SECONDS", 3, minimum=0)
+SIMULATED_STOP_SECONDS = envint("SIMULATED_STOP_SECONDS", 3, minimum=0, maximum=86_400)
 # A long-polling executor (GET .../work/?wait=N) rereads the database at least this often, even when no
 # change was signalled through the cache (a lost signal costs at most this much latency).
 WORK_RECHECK_SECONDS = envint("WORK_RECHECK_SECONDS", 5, minimum=1, maximum=30)
 # Where seed_demo writes the token of the demo's agent (the Procfile's `agent` reads it with --token-file).
 DEMO_AGENT_TOKEN_FILE = VAR_DIR / "agent-token"
 # Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
-SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1)
-HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1)
+SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1, maximum=86_400)
+HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1, maximum=_A_CENTURY_IN_DAYS)
 # Events older than this are deleted by the beat, except configuration changes (the audit log, kept for good)
 # and the events of jobs not yet finished; 0 keeps every event.
-EVENT_RETENTION_DAYS = envint("EVENT_RETENTION_DAYS", 90, minimum=0)
+EVENT_RETENTION_DAYS = envint("EVENT_RETENTION_DAYS", 90, minimum=0, maximum=_A_CENTURY_IN_DAYS)
 # The Microsoft Philly trace (philly.csv, with philly_vc.csv beside it) for `replay` and the what-if page; a
 # relative path is taken from the project's folder, so the default is the shared traces folder beside it.
 REPLAY_TRACE = os.path.normpath(BASE_DIR / envstr("REPLAY_TRACE", "../shared/traces/philly.csv"))
 # A what-if run (two replays) that takes longer than this is stopped and marked FAILED.
-WHATIF_TIME_LIMIT_SECONDS = envint("WHATIF_TIME_LIMIT_SECONDS", 900, minimum=10)
+WHATIF_TIME_LIMIT_SECONDS = envint("WHATIF_TIME_LIMIT_SECONDS", 900, minimum=10, maximum=86_400)
 # When set, /metrics answers only requests with `Authorization: Bearer <METRICS_TOKEN>`.
 METRICS_TOKEN = envstr("METRICS_TOKEN", "")
 
@@ -282,7 +297,7 @@ API_SUBMIT_RATE = envrate("API_SUBMIT_RATE", "600/min")
 # username, however it is spelt (or 10 times as many from one address), sign-in is refused with 429 until
 # LOGIN_LOCKOUT_SECONDS have passed since the last attempt. Failures are counted in the database.
 LOGIN_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
-LOGIN_LOCKOUT_SECONDS = envint("LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+LOGIN_LOCKOUT_SECONDS = envint("LOGIN_LOCKOUT_SECONDS", 900, minimum=1, maximum=_A_YEAR)
 AXES_HANDLER = "quotaportal.accounts.LockoutHandler"
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_FAILURE_LIMIT = "quotaportal.accounts.failure_limit"
@@ -354,7 +369,7 @@ LOGGING = {
     },
     "filters": {"refusals_without_traceback": {"()": "quotaportal.logfilters.RefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
-    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": envlevel("LOG_LEVEL", "INFO")},
     "loggers": {
         # Django's default config gives `django` a console handler of its own (when DEBUG) and lets it propagate
         # to the root's too: every record printed twice. No handler of its own: the root's prints it once.
@@ -380,4 +395,4 @@ PAGE_REFRESH_SECONDS = envint("PAGE_REFRESH_SECONDS", 5, minimum=1, maximum=3600
 # Rows per page of the job list and the event log.
 PAGE_LIST_SIZE = envint("PAGE_LIST_SIZE", 50, minimum=1, maximum=1000)
 # A share whose oldest pending job has waited this long is marked starved on the overview.
-PAGE_STARVED_AFTER_SECONDS = envint("PAGE_STARVED_AFTER_SECONDS", 900, minimum=1)
+PAGE_STARVED_AFTER_SECONDS = envint("PAGE_STARVED_AFTER_SECONDS", 900, minimum=1, maximum=_A_YEAR)

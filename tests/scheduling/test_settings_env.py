@@ -79,3 +79,71 @@ def test_settings_switch_to_postgres_and_redis_from_urls_alone(tmp_path):
     assert result.stdout.split() == ["django.db.backends.postgresql", "redis://127.0.0.1:6379/0"], (
         result.stderr
     )
+
+
+def start(tmp_path, **variables):
+    """Load the settings in a fresh process with these variables; returns it finished."""
+    import subprocess
+    import sys
+
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DEBUG": "1",
+        "QUOTAPORTAL_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "quotaportal.settings",
+        **variables,
+    }
+    code = "import django; django.setup(); from django.conf import settings; print(settings.LOGGING['root'])"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "variable,value,message",
+    [
+        ("LOG_LEVEL", "LOUD", "LOG_LEVEL='LOUD' is not a level"),
+        (
+            "DATABASE_URL",
+            "postgres://app:s3cret@db:notaport/app",
+            "DATABASE_URL='postgres://app:***@db:notaport/app'",
+        ),
+        (
+            "DATABASE_URL",
+            "postgres://app@db:99999/app",
+            "DATABASE_URL='postgres://app@db:99999/app' is not a valid",
+        ),
+        ("DATABASE_URL", "postgres://app@db:5432", "DATABASE_URL names no database"),
+        (
+            "CELERY_BROKER_URL",
+            "redis://cache:six/0",
+            "CELERY_BROKER_URL='redis://cache:six/0' is not a valid",
+        ),
+        ("CACHE_URL", "redis://cache:70000/1", "CACHE_URL='redis://cache:70000/1' is not a valid"),
+        ("EVENT_RETENTION_DAYS", "99999999", "EVENT_RETENTION_DAYS=99999999 is above its maximum"),
+        ("HISTORY_DAYS", "4000000", "HISTORY_DAYS=4000000 is above its maximum"),
+        (
+            "SIMULATED_STARTUP_SECONDS",
+            "100000000000000",
+            "SIMULATED_STARTUP_SECONDS=100000000000000 is above",
+        ),
+        ("LOGIN_LOCKOUT_SECONDS", "10000000000000", "LOGIN_LOCKOUT_SECONDS=10000000000000 is above"),
+        (
+            "QUOTAPORTAL_VAR_DIR",
+            "/proc/quotaportal",
+            "QUOTAPORTAL_VAR_DIR='/proc/quotaportal': cannot create",
+        ),
+    ],
+)
+def test_a_bad_setting_stops_the_start_with_a_message_naming_its_variable(tmp_path, variable, value, message):
+    result = start(tmp_path, **{variable: value})
+
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0
+    assert last_line.startswith("django.core.exceptions.ImproperlyConfigured: ") and message in last_line
+    assert "s3cret" not in result.stderr
+
+
+def test_log_level_is_read_in_any_case(tmp_path):
+    result = start(tmp_path, LOG_LEVEL="warning")
+
+    assert result.returncode == 0, result.stderr
+    assert "'level': 'WARNING'" in result.stdout
