@@ -27,6 +27,12 @@ from quotaportal_agent.state import Report, RunningJob, State, attempt_key
 log = logging.getLogger(__name__)
 
 FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+# What the server stores: a report with a longer reason, a NUL or an exit code outside these is refused (400),
+# and a refused final report would leave the job to be found lost when its lease runs out.
+REASON_CHARS = 2000
+OUTPUT_TAIL_CHARS = 65536
+EXIT_CODES = range(-(2**31), 2**31)
+REFUSED_PREFIX = "the server refused this attempt's report"
 
 
 @dataclass(frozen=True)
@@ -258,7 +264,7 @@ class Agent:
 
     def fail_untaken(self, entry: dict[str, Any], reason: str) -> None:
         """Fail an attempt that never got a process (exit code null), so its job does not wait for a lease."""
-        log.warning("job %s attempt %s failed without running: %s", entry["id"], entry["attempt"], reason)
+        log.warning("job %s attempt %s failed without running: %.500s", entry["id"], entry["attempt"], reason)
         with self.state.lock:
             self.state.finished.append(attempt_key(entry["id"], entry["attempt"]))
             self.enqueue(entry["id"], entry["attempt"], "FAILED", reason)
@@ -316,6 +322,10 @@ class Agent:
         job = self.state.jobs.get(attempt_key(report.job_id, attempt))
         if outcome.delivery is Delivery.REFUSED:
             log.error("job %s: the server refused report %s: %s", report.job_id, status, outcome.detail)
+            if status in FINAL and not str(report.body.get("reason", "")).startswith(REFUSED_PREFIX):
+                # The attempt still ended: say so with nothing in the report the server could refuse.
+                with self.state.lock:
+                    self.enqueue(report.job_id, attempt, status, f"{REFUSED_PREFIX} ({outcome.detail})")
             return
         log.warning(
             "job %s attempt %s: report %s answered %s: %s",
@@ -428,16 +438,23 @@ class Agent:
         exit_code: int | None = None,
         output_tail: str = "",
     ) -> None:
+        if exit_code is not None and exit_code not in EXIT_CODES:
+            reason, exit_code = f"{reason} (exit code {exit_code} out of range)", None
         body = {
             "attempt": attempt,
             "status": status,
-            "reason": reason,
+            "reason": storable(reason)[:REASON_CHARS],
             "exit_code": exit_code,
-            "output_tail": output_tail,
+            "output_tail": storable(output_tail)[-OUTPUT_TAIL_CHARS:],
         }
         self.state.enqueue(job_id, body)
         self.last_report[attempt_key(job_id, attempt)] = time.monotonic()
         self.outbox_changed.set()
+
+
+def storable(text: str) -> str:
+    """Text the server stores: NUL (a binary program's output) becomes U+FFFD, as undecodable bytes do."""
+    return text.replace("\0", "\ufffd")
 
 
 def deadline_of(value: Any, grace: float) -> float:

@@ -63,6 +63,7 @@ class FakeServer:
     pollers: set[tuple[str, str]] = field(default_factory=set)  # (executor, host) of every poll
     resend_claimed: bool = False  # also offer jobs handed out before but not yet reported STARTING
     down_after_claim: bool = False  # an outage right after the next start is handed out
+    refuse_output: bool = False  # answer 400 to any report with an output tail, as to a field it cannot take
     changed: threading.Condition = field(default_factory=threading.Condition)
     port: int = 0
     down: bool = False
@@ -189,7 +190,10 @@ class FakeServer:
     def report(self, job_id: int, body: dict) -> tuple[int, dict]:
         with self.changed:
             job = self.jobs.get(job_id)
-            if job is None:
+            refused = _field_errors(body, refuse_output=self.refuse_output)
+            if refused:
+                code, answer = 400, refused
+            elif job is None:
                 code, answer = 404, {"detail": "Not found."}
             elif body.get("attempt") != job.attempt:
                 code, answer = (
@@ -207,6 +211,25 @@ class FakeServer:
             self.reports.append(Received(job_id, body, code, time.time()))
             self.changed.notify_all()
             return code, answer
+
+
+def _field_errors(body: dict, *, refuse_output: bool) -> dict[str, list[str]]:
+    """The real serializer's field checks (api.serializers.JobReportSerializer): 400 naming each field."""
+    errors: dict[str, list[str]] = {}
+    for name, most in (("reason", 2000), ("output_tail", 65536)):
+        text = body.get(name, "")
+        if not isinstance(text, str):
+            errors[name] = ["Not a valid string."]
+        elif "\0" in text:
+            errors[name] = ["Null characters are not allowed."]
+        elif len(text) > most:
+            errors[name] = [f"Ensure this field has no more than {most} characters."]
+    exit_code = body.get("exit_code")
+    if exit_code is not None and not -(2**31) <= exit_code < 2**31:
+        errors["exit_code"] = ["Ensure this value is within the range of a 32-bit integer."]
+    if refuse_output and body.get("output_tail"):
+        errors.setdefault("output_tail", []).append("refused by this test")
+    return errors
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -11,7 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from tests.agent.conftest import python
+from quotaportal_agent.agent import Agent
+from tests.agent.conftest import python, quick_config
 from tests.agent.fake_server import INSTANCE_TYPE
 
 
@@ -239,6 +240,64 @@ def test_bad_payloads_fail_their_jobs_and_the_agent_goes_on(server, start_agent)
     assert not_found.body["status"] == "FAILED" and not_found.body["exit_code"] == 127
     assert "cannot run '/nonexistent/program'" in not_found.body["output_tail"]
     assert server.wait_final(good).body["status"] == "SUCCEEDED"
+
+
+def test_output_with_nul_bytes_is_reported_with_the_job_and_not_refused(server, start_agent):
+    job = server.add_job(
+        {
+            "command": python("""
+        import sys
+        sys.stdout.buffer.write(b"header\\x00\\x00binary\\xff\\n")
+        print("done")
+    """)
+        }
+    )
+    start_agent()
+
+    final = server.wait_final(job)
+
+    assert final.body["status"] == "SUCCEEDED" and final.body["exit_code"] == 0
+    assert final.body["output_tail"] == "header\ufffd\ufffdbinary\ufffd\ndone"
+    assert all(report.code == 200 for report in server.reports)
+
+
+def test_a_start_entry_whose_error_is_long_fails_with_a_reason_the_server_takes(server, start_agent):
+    job = server.add_job({"command": ["true"]}, grace="x" * 10_000)
+    start_agent()
+
+    final = server.wait_final(job)
+
+    assert final.body["status"] == "FAILED" and final.body["reason"].startswith("bad start entry: ")
+    assert len(final.body["reason"]) == 2000
+    assert all(report.code == 200 for report in server.reports)
+
+
+def test_a_final_report_the_server_refuses_is_sent_again_without_what_it_refused(server, start_agent):
+    server.refuse_output = True
+    job = server.add_job({"command": python("print('some output'); raise SystemExit(4)")})
+    start_agent()
+
+    final = server.wait_final(job)
+
+    assert final.body["status"] == "FAILED" and final.body["output_tail"] == ""
+    assert final.body["reason"].startswith("the server refused this attempt's report (400: ")
+    assert server.accepted(job)[-1] == "FAILED"
+    assert [report.code for report in server.reports if report.job_id == job][-2:] == [400, 200]
+
+
+def test_an_exit_code_the_server_cannot_store_is_reported_as_unknown_with_why(server, tmp_path):
+    agent = Agent(quick_config(server, tmp_path))
+
+    agent.enqueue(5, 1, "FAILED", "exited", exit_code=2**40, output_tail="a\x00b")
+
+    (report,) = agent.state.outbox
+    assert report.body == {
+        "attempt": 1,
+        "status": "FAILED",
+        "reason": f"exited (exit code {2**40} out of range)",
+        "exit_code": None,
+        "output_tail": "a\ufffdb",
+    }
 
 
 def test_concurrent_jobs_get_disjoint_slots_and_oversized_ones_fail(server, start_agent, tmp_path):
