@@ -127,9 +127,16 @@ class Client:
             if response.status_code != 200:
                 log.warning("listing service environments answered %s", response.status_code)
                 return None
-            page = response.json()
-            found += page.get("results", [])
-            url = page.get("next")
+            try:
+                page = response.json()
+                results, url = page["results"], page.get("next")
+                if not isinstance(results, list) or not isinstance(url, str | None):
+                    raise TypeError("not a page of environments")
+                # An entry without a numeric id names nothing we could poll.
+                found += [e for e in results if isinstance(e, dict) and str(e.get("id", "")).isdigit()]
+            except (ValueError, KeyError, TypeError, AttributeError):
+                log.warning("listing service environments answered something else: %.200s", response.text)
+                return None
         return found
 
 

@@ -64,6 +64,7 @@ class FakeServer:
     resend_claimed: bool = False  # also offer jobs handed out before but not yet reported STARTING
     down_after_claim: bool = False  # an outage right after the next start is handed out
     refuse_output: bool = False  # answer 400 to any report with an output tail, as to a field it cannot take
+    garbage: bytes | None = None  # answer every GET with 200 and this body (a proxy's page, a wrong server)
     changed: threading.Condition = field(default_factory=threading.Condition)
     port: int = 0
     down: bool = False
@@ -262,6 +263,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if not self._authorized():
+            return
+        if self.server_state.garbage is not None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(self.server_state.garbage)))
+            self.end_headers()
+            self.wfile.write(self.server_state.garbage)
             return
         url = urlparse(self.path)
         query = parse_qs(url.query)

@@ -94,6 +94,39 @@ def test_an_unknown_environment_name_is_refused(server, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "garbage",
+    [b"<html>502 Bad Gateway</html>", b"[1, 2]", b'{"results": "none", "next": 5}', b'{"next": null}'],
+)
+def test_a_server_answering_garbage_to_the_name_lookup_is_waited_out_not_a_crash(server, tmp_path, garbage):
+    server.garbage = garbage
+    args = [*replaced("--url", server.url), "--work-dir", str(tmp_path / "work"), "--wait-seconds", "1"]
+    args[args.index("--environment") + 1] = ENVIRONMENT_NAME
+    agent = subprocess.Popen(agent_command(*args), env=agent_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        assert agent.poll() is None, agent.stderr.read()
+        server.garbage = None
+        wait_until(lambda: server.polls >= 1, what="a poll once the server makes sense")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=15) == 0
+    assert "Traceback" not in agent.stderr.read()
+
+
+def test_entries_without_an_id_in_the_name_lookup_name_nothing(server, tmp_path):
+    server.garbage = (
+        b'{"results": [1, "x", {"name": "local"}, {"name": "local", "id": "7; DROP"}], "next": null}'
+    )
+    args = [*replaced("--url", server.url), "--work-dir", str(tmp_path)]
+    args[args.index("--environment") + 1] = ENVIRONMENT_NAME
+
+    result = run_agent(*args)
+
+    assert result.returncode == 2
+    assert result.stderr == "quotaportal-agent: error: --environment: no service environment named 'local'\n"
+
+
 def test_the_token_comes_from_a_file_and_the_agent_names_itself_in_its_polls(server, tmp_path):
     token_file = tmp_path / "agent-token"
     token_file.write_text(TOKEN + "\n")
