@@ -81,6 +81,11 @@ def job_report(
     if status not in REPORTABLE_STATUSES:
         raise ValidationError({"status": [f"status must be one of {', '.join(REPORTABLE_STATUSES)}"]})
     job = job_lock(job_id)
+    # None once the queue is deleted: its jobs are finished, and a report about them only repeats an end.
+    environment = job.job_queue.service_environment if job.job_queue_id is not None else None
+    if environment is not None and environment.executor != ServiceEnvironment.Executor.EXTERNAL:
+        # Another executor's account must not end (or renew) jobs the simulated executor runs.
+        raise Conflict(f"job {job.pk} runs on environment {environment.name}, whose executor is simulated")
     if attempt is not None and attempt > job.attempt:
         raise Conflict(
             f"attempt {attempt} of job {job.pk} was never handed out: its current attempt is {job.attempt}"
@@ -100,7 +105,7 @@ def job_report(
         raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
     if status not in REPORT_TRANSITIONS[job.status] and status != job.status:
         raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
-    _lease_renew(job=job, environment=job.job_queue.service_environment, now=now)
+    _lease_renew(job=job, environment=environment, now=now)
     _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
     if job.status == status or (job.status == JobStatus.STOPPING and status in PROGRESS_REPORTS):
         return job  # a repeat, or progress of a job asked to stop: nothing moves

@@ -246,6 +246,19 @@ def test_a_report_with_an_unpaired_surrogate_is_a_400_naming_the_field(world, cl
     assert response.status_code == 400 and list(response.json()) == ["output_tail"]
 
 
+def test_an_executor_account_cannot_end_a_job_the_simulated_executor_runs(world, client_for, running):
+    ServiceEnvironment.objects.filter(pk=world.queue.service_environment_id).update(
+        executor=ServiceEnvironment.Executor.SIMULATED
+    )
+
+    response = report(client_for(world.executor), running, attempt=1, status="FAILED", exit_code=1)
+
+    assert response.status_code == 409 and "simulated" in response.json()["detail"]
+    running.refresh_from_db()
+    assert (running.status, running.taken_at) == (JobStatus.SCHEDULED, None)
+    assert JobAttempt.objects.get(job=running).exit_code is None
+
+
 def test_stopped_for_a_job_nobody_asked_to_stop_is_a_409(world, client_for, running):
     assert report(client_for(world.executor), running, attempt=1, status="STOPPED").status_code == 409
 
