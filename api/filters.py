@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from django import forms
 from django_filters import rest_framework as filters
 
 from scheduling.models import Event, EventKind, Job, JobStatus, QuotaShare, State, TrainingPlan
@@ -51,8 +52,23 @@ class UtcDateTimeFilter(filters.IsoDateTimeFilter):
         return super().filter(qs, value)
 
 
+# The ids' column (BigAutoField): a larger number overflows the database's comparison (a 500).
+MAX_ID = 9_223_372_036_854_775_807
+
+
+class IdFilter(filters.NumberFilter):
+    """A row id: a whole number the id column can hold; anything else is a 400 naming the parameter."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("min_value", 0)
+        kwargs.setdefault("max_value", MAX_ID)
+        super().__init__(*args, **kwargs)
+
+
 class EventFilter(filters.FilterSet):
-    job = filters.NumberFilter(field_name="job", help_text="id of the job")
+    job = IdFilter(field_name="job", min_value=1, help_text="id of the job")
     quota_share = filters.CharFilter(field_name="quota_share__name", help_text="name of the quota share")
     kind = filters.ChoiceFilter(choices=EventKind.choices)
     since = UtcDateTimeFilter(
@@ -60,7 +76,7 @@ class EventFilter(filters.FilterSet):
         lookup_expr="gt",
         help_text="ISO 8601 datetime: events created strictly after it, oldest first (for tailing)",
     )
-    since_id = filters.NumberFilter(
+    since_id = IdFilter(
         field_name="id",
         lookup_expr="gt",
         help_text="an event id: events after it, oldest first (a cursor for tailing)",

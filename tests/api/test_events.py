@@ -173,6 +173,28 @@ def test_a_bad_since_is_a_400_naming_since(world, client_for, history):
     assert list(response.json()) == ["since"]
 
 
+@pytest.mark.parametrize(
+    "parameter,value",
+    [
+        ("job", "99999999999999999999999"),
+        ("job", "9223372036854775808"),
+        ("job", "1.5"),
+        ("job", "0"),
+        ("since_id", "9223372036854775808"),
+        ("since_id", "2.5"),
+        ("since_id", "-1"),
+    ],
+)
+def test_an_id_filter_no_id_can_match_is_a_400_naming_it(world, client_for, history, parameter, value):
+    client = client_for(world.ana)
+    client.raise_request_exception = False
+
+    response = client.get(EVENTS, {parameter: value})
+
+    assert response.status_code == 400
+    assert list(response.json()) == [parameter]
+
+
 def test_config_changes_through_the_api_are_events_with_their_actor(world, client_for):
     client_for(world.admin).patch(f"/api/v1/job-queues/{world.queue.pk}/", {"priority": 9}, format="json")
 
