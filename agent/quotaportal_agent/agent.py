@@ -140,9 +140,13 @@ class Agent:
         backoff = Backoff(maximum=self.config.max_backoff_seconds)
         while not self.shutdown.is_set():
             began = time.monotonic()
-            work = self.client.work(
-                self.config.environment_id, self.config.instance_type, self.config.wait_seconds
-            )
+            try:
+                work = self.client.work(
+                    self.config.environment_id, self.config.instance_type, self.config.wait_seconds
+                )
+            except Exception:  # a bug or an answer nobody foresaw must not end the polling, and with it stops
+                log.exception("work poll")
+                work = None
             if work is None:
                 backoff.wait(self.shutdown)
                 continue

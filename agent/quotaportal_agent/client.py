@@ -89,7 +89,12 @@ class Client:
         try:
             body = response.json()
             return {"start": list(body.get("start") or []), "stop": list(body.get("stop") or [])}
-        except (ValueError, AttributeError, TypeError):
+        except (
+            ValueError,
+            AttributeError,
+            TypeError,
+            RecursionError,
+        ):  # RecursionError: JSON nested too deep
             log.warning("work poll answered something that is not the work document: %.200s", response.text)
             return None
 
@@ -134,7 +139,7 @@ class Client:
                     raise TypeError("not a page of environments")
                 # An entry without a numeric id names nothing we could poll.
                 found += [e for e in results if isinstance(e, dict) and str(e.get("id", "")).isdigit()]
-            except (ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
                 log.warning("listing service environments answered something else: %.200s", response.text)
                 return None
         return found
@@ -143,5 +148,5 @@ class Client:
 def _detail(response: requests.Response) -> str:
     try:
         return str(response.json().get("detail", ""))[:500]
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return response.text[:500]

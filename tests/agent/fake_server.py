@@ -65,6 +65,7 @@ class FakeServer:
     down_after_claim: bool = False  # an outage right after the next start is handed out
     refuse_output: bool = False  # answer 400 to any report with an output tail, as to a field it cannot take
     garbage: bytes | None = None  # answer every GET with 200 and this body (a proxy's page, a wrong server)
+    garbage_answers: int = 0
     changed: threading.Condition = field(default_factory=threading.Condition)
     port: int = 0
     down: bool = False
@@ -265,6 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         if self.server_state.garbage is not None:
+            self.server_state.garbage_answers += 1
             self.send_response(200)
             self.send_header("Content-Length", str(len(self.server_state.garbage)))
             self.end_headers()

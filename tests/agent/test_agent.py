@@ -300,6 +300,16 @@ def test_an_exit_code_the_server_cannot_store_is_reported_as_unknown_with_why(se
     }
 
 
+def test_a_server_answering_garbage_to_polls_is_waited_out_and_polling_goes_on(server, start_agent):
+    server.garbage = b"[" * 100_000  # JSON nested past any parser's depth
+    start_agent()
+    wait_until(lambda: server.garbage_answers >= 2, what="two polls answered with garbage")
+    server.garbage = None
+    job = server.add_job({"command": python("print('fine')")})
+
+    assert server.wait_final(job).body["status"] == "SUCCEEDED"
+
+
 def test_concurrent_jobs_get_disjoint_slots_and_oversized_ones_fail(server, start_agent, tmp_path):
     go = tmp_path / "go"
     outs = [tmp_path / "a", tmp_path / "b"]
