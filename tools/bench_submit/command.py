@@ -47,7 +47,7 @@ from scheduling.models import (
 from scheduling.services import configuration as config_services
 from simulator.metrics import percentile
 from tools.guard import require_scratch_database
-from tools.processes import Processes, free_port, service_env
+from tools.processes import Processes, cpu_seconds, free_port, service_env
 
 PREFIX = "bench-submit"
 TYPES = {"big": f"{PREFIX}.p5", "small": f"{PREFIX}.g5"}
@@ -122,6 +122,7 @@ class Command(BaseCommand):
                 processes.wait_ready(
                     self.base, broker=broker, queue_ids=[self.world["queue_id"]], trigger="bench"
                 )
+                self.processes, self.app_name = processes, run
                 result = self.measure()
             result["lost"] = self.lost(result)
         finally:
@@ -175,12 +176,14 @@ class Command(BaseCommand):
 
         threads = [threading.Thread(target=client, name=f"{name}-{i}", daemon=True) for i in range(clients)]
         since = timezone.now()
+        cpu_before = self.cpu()
         began = time.perf_counter()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         seconds = time.perf_counter() - began
+        cpu = {name: spent - cpu_before.get(name, 0.0) for name, spent in self.cpu().items()}
         if failures:
             raise CommandError(f"{name}: {len(failures)} clients failed, the first with {failures[0]}")
         passes = list(
@@ -198,11 +201,28 @@ class Command(BaseCommand):
                 **{f"p{q}": round(percentile(ordered, q), 1) for q in (50, 90, 99)},
                 "max": round(ordered[-1], 1),
             },
+            "cpu_ms_per_submission": {
+                name: round(spent * 1000 / len(ordered), 1) for name, spent in cpu.items()
+            },
             "passes": len(passes),
             "pass_ms": {
                 "p50": round(percentile(passes, 50)) if passes else None,
-                "max": passes[-1] if passes else None,
+                "max": round(passes[-1]) if passes else None,
             },
+        }
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of gunicorn, of Celery (workers and beat), of the PostgreSQL backends serving
+        them (found by their application_name; this machine's) and of this process (the clients)."""
+        started = self.processes.started
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [self.app_name])
+            backends = [pid for (pid,) in cursor.fetchall()]
+        return {
+            "web": cpu_seconds([started["web"].pid]),
+            "celery": cpu_seconds(p.pid for name, p in started.items() if name != "web"),
+            "postgres": cpu_seconds(backends),
+            "clients": time.process_time(),
         }
 
     def session(self) -> requests.Session:
@@ -282,6 +302,10 @@ class Command(BaseCommand):
                 f"  {label:<32} p50 {ms['p50']} ms, p90 {ms['p90']} ms, p99 {ms['p99']} ms, max {ms['max']} ms; "
                 f"{p['per_second']} submissions/s held over {p['seconds']} s; {p['passes']} passes meanwhile "
                 f"(p50 {p['pass_ms']['p50']} ms, max {p['pass_ms']['max']} ms)"
+            )
+            write(
+                f"  {'':<32} CPU per submission: "
+                + ", ".join(f"{name} {ms} ms" for name, ms in p["cpu_ms_per_submission"].items())
             )
         before, after = r["statements"]
         write(
