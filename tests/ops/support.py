@@ -16,8 +16,9 @@ from django.conf import settings
 from django.db import connection
 
 BASE_DIR = Path(settings.BASE_DIR)
-# The Redis database the operations tests may use (CI's own tests use 0).
-TEST_BROKER_DB = 3
+# The Redis database the operations tests may use (CI's own tests use 0); QUOTAPORTAL_TEST_BROKER_DB gives
+# another, for developers who share one Redis server.
+TEST_BROKER_DB = int(os.environ.get("QUOTAPORTAL_TEST_BROKER_DB", "3"))
 
 
 def child_database_url() -> str:
