@@ -177,13 +177,15 @@ class Command(BaseCommand):
         threads = [threading.Thread(target=client, name=f"{name}-{i}", daemon=True) for i in range(clients)]
         since = timezone.now()
         cpu_before = self.cpu()
+        backends = BackendCpu(self.app_name)
         began = time.perf_counter()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         seconds = time.perf_counter() - began
-        cpu = {name: spent - cpu_before.get(name, 0.0) for name, spent in self.cpu().items()}
+        cpu = {name: spent - cpu_before[name] for name, spent in self.cpu().items()}
+        cpu["postgres"] = backends.stop()
         if failures:
             raise CommandError(f"{name}: {len(failures)} clients failed, the first with {failures[0]}")
         passes = list(
@@ -212,16 +214,11 @@ class Command(BaseCommand):
         }
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds so far of gunicorn, of Celery (workers and beat), of the PostgreSQL backends serving
-        them (found by their application_name; this machine's) and of this process (the clients)."""
+        """CPU seconds so far of gunicorn, of Celery (workers and beat) and of this process (the clients)."""
         started = self.processes.started
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [self.app_name])
-            backends = [pid for (pid,) in cursor.fetchall()]
         return {
             "web": cpu_seconds([started["web"].pid]),
             "celery": cpu_seconds(p.pid for name, p in started.items() if name != "web"),
-            "postgres": cpu_seconds(backends),
             "clients": time.process_time(),
         }
 
@@ -319,6 +316,44 @@ class Command(BaseCommand):
         write(f"  logs in {r['log_dir']}")
         if o["json"]:
             Path(o["json"]).write_text(json.dumps(r, indent=2, default=str))
+
+
+class BackendCpu(threading.Thread):
+    """CPU of the PostgreSQL backends serving the bench's processes (found by their application_name; the
+    server must be on this machine), sampled every 0.5 s from now until `stop()`: the web's connections are
+    replaced every DB_CONN_MAX_AGE seconds, and a backend that ends takes its CPU figure with it."""
+
+    def __init__(self, app_name: str):
+        super().__init__(daemon=True)
+        self.app_name = app_name
+        self.done = threading.Event()
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.sample(born_before=True)
+        self.start()
+
+    def sample(self, born_before: bool = False) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [self.app_name])
+            pids = [pid for (pid,) in cursor.fetchall()]
+        for pid in pids:
+            spent = cpu_seconds([pid])  # 0 once it has ended
+            self.first.setdefault(pid, spent if born_before else 0.0)
+            self.last[pid] = max(spent, self.last.get(pid, 0.0))
+
+    def run(self) -> None:
+        try:
+            while not self.done.wait(0.5):
+                self.sample()
+        finally:
+            connection.close()
+
+    def stop(self) -> float:
+        """CPU seconds the backends spent since the first sample."""
+        self.done.set()
+        self.join()
+        self.sample()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
 
 
 @transaction.atomic
