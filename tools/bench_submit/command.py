@@ -15,8 +15,11 @@ afterwards. Then it stops the processes it started (also on Ctrl-C and SIGTERM) 
 
 from __future__ import annotations
 
+import cProfile
+import io
 import itertools
 import json
+import pstats
 import random
 import threading
 import time
@@ -73,6 +76,13 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn process (default 4)")
         parser.add_argument("--workers", type=int, default=1, help="Celery worker processes (default 1)")
         parser.add_argument("--seed", type=int, default=19)
+        parser.add_argument(
+            "--profile",
+            type=int,
+            default=0,
+            metavar="N",
+            help="also time N submissions through the view in this process and print where their time goes",
+        )
         parser.add_argument("--json", help="also write the figures to this file")
 
     def handle(self, *args, **options):
@@ -152,6 +162,8 @@ class Command(BaseCommand):
         idle = self.phase("idle", clients=1, count=self.options["idle"])
         concurrent = self.phase("concurrent", clients=self.options["clients"], count=self.options["requests"])
         statements_after = self.statements()
+        if self.options["profile"]:
+            self.profile(self.options["profile"])
         return {
             "idle": idle,
             "concurrent": concurrent,
@@ -270,6 +282,31 @@ class Command(BaseCommand):
             )
         self.accepted.append(response.json()["id"])
         return {"queue_jobs": jobs, "statements": len(captured)}
+
+    def profile(self, count: int) -> None:
+        """`count` submissions through the view in this process, timed, then again under cProfile."""
+        client = APIClient(HTTP_HOST="127.0.0.1")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {self.world['token']}")
+
+        def submit() -> None:
+            response = client.post("/api/v1/jobs/", self.body("profiled"), format="json")
+            if response.status_code != 201:
+                raise CommandError(f"a profiled submission answered {response.status_code}")
+            self.accepted.append(response.json()["id"])
+
+        began, cpu_began = time.perf_counter(), time.thread_time()
+        for _ in range(count):
+            submit()
+        wall, cpu = time.perf_counter() - began, time.thread_time() - cpu_began
+        self.stdout.write(
+            f"\n{count} submissions through the view in this process: {wall * 1000 / count:.1f} ms each, "
+            f"{cpu * 1000 / count:.1f} ms of it CPU; {count} more under cProfile, the project's functions:"
+        )
+        profiler = cProfile.Profile()
+        profiler.runcall(lambda: [submit() for _ in range(count)])
+        report = io.StringIO()
+        pstats.Stats(profiler, stream=report).sort_stats("cumulative").print_stats(r"/(api|scheduling)/", 25)
+        self.stdout.write(report.getvalue())
 
     def lost(self, result: dict) -> int:
         """Accepted jobs (201) that are not rows, and rows of the member that no 201 answered (both lost)."""
