@@ -156,7 +156,7 @@ class Command(BaseCommand):
         self.statuses: dict[str, int] = {}
         self.lock = threading.Lock()
         session = self.session()
-        for _ in range(5):  # each gunicorn thread's first request opens its database connection
+        for _ in range(5):  # not timed: the first requests open the server's database and Redis connections
             self.submit(session, "warm")
         statements_before = self.statements()
         idle = self.phase("idle", clients=1, count=self.options["idle"])
