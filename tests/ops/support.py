@@ -95,13 +95,6 @@ def stop(process: subprocess.Popen) -> None:
         pass
 
 
-def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def wait_for(condition, seconds: float, what: str, interval: float = 0.1):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
