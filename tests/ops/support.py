@@ -16,8 +16,9 @@ from django.conf import settings
 from django.db import connection
 
 BASE_DIR = Path(settings.BASE_DIR)
-# The Redis database the operations tests may use (CI's own tests use 0).
-TEST_BROKER_DB = 3
+# The Redis database the operations tests may use (CI's own tests use 0); QUOTAPORTAL_TEST_BROKER_DB gives
+# another, for developers who share one Redis server.
+TEST_BROKER_DB = int(os.environ.get("QUOTAPORTAL_TEST_BROKER_DB", "3"))
 
 
 def child_database_url() -> str:
@@ -92,13 +93,6 @@ def stop(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)  # a pool child its parent left behind
     except ProcessLookupError:
         pass
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def wait_for(condition, seconds: float, what: str, interval: float = 0.1):

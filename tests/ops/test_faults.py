@@ -40,13 +40,13 @@ from tests.ops.support import (
     PYTHON,
     child_database_url,
     child_env,
-    children,
     ops_broker_url,
     require_redis,
     start,
     stop,
     wait_for,
 )
+from tools.processes import children
 
 P5 = "ml.p5.48xlarge"
 

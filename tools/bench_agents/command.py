@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -49,6 +48,7 @@ from scheduling.passes.run import queue_pass_run
 from scheduling.services import configuration as config_services
 from scheduling.services import jobs as job_services
 from tools.guard import require_scratch_database
+from tools.processes import free_port
 
 PREFIX = "bench-agents"
 TYPE = "bench-agents.gpu"
@@ -58,12 +58,6 @@ APP_NAME = "qp-bench-agents"
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))] if ordered else 0.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Command(BaseCommand):

@@ -44,6 +44,7 @@ from scheduling.models import (
 )
 from scheduling.services import jobs as job_services
 from tools.guard import require_scratch_database
+from tools.processes import cpu_seconds
 
 PREFIX = "benchq-"
 TYPES = ("ml.p5.48xlarge", "ml.g5.12xlarge")
@@ -94,9 +95,9 @@ class Command(BaseCommand):
             time.sleep(2 * interval)  # the confirming passes after preemptions settle
 
             since = timezone.now()
-            cpu_before = cpu_seconds(processes["workers"])
+            cpu_before = cpu_seconds(p.pid for p in processes["workers"])
             time.sleep(idle)
-            cpu_idle = cpu_seconds(processes["workers"]) - cpu_before
+            cpu_idle = cpu_seconds(p.pid for p in processes["workers"]) - cpu_before
             idle_passes = passes_since(queue_ids, since)
             per_queue_hour = cpu_idle / len(queue_ids) * 3600 / idle
             self.stdout.write(
@@ -154,16 +155,6 @@ class Command(BaseCommand):
 
 def passes_since(queue_ids, since) -> int:
     return SchedulingPass.objects.filter(job_queue_id__in=queue_ids, started_at__gte=since).count()
-
-
-def cpu_seconds(processes) -> float:
-    """utime + stime of these processes (Linux /proc), in seconds."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for process in processes:
-        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / tick
 
 
 def start(*, workers: int, log_dir: Path) -> dict:

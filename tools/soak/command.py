@@ -33,8 +33,6 @@ import os
 import random
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -45,7 +43,6 @@ from functools import cached_property
 from pathlib import Path
 
 import requests
-from celery import Celery
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
@@ -80,6 +77,7 @@ from scheduling.models import (
 )
 from scheduling.services import configuration as config_services
 from tools.guard import require_scratch_database
+from tools.processes import Processes, children, free_port, port_open, service_env, signal_group
 
 PREFIX = "soak-"
 SAMPLE_SECONDS = 0.5
@@ -394,74 +392,6 @@ class Stats:
         return any(begin <= started <= end for begin, end in self.fault_windows)
 
 
-class Processes:
-    """The processes the soak started, each in its own session so it can be stopped with its children."""
-
-    def __init__(self, log_dir: Path):
-        self.log_dir = log_dir
-        self.started: dict[str, subprocess.Popen] = {}
-
-    def start(self, name: str, argv: list[str], env: dict) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed when the process is reaped)
-        process = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=settings.BASE_DIR,
-        )
-        process.log = log
-        self.started[name] = process
-        return process
-
-    def stop(self, name: str, timeout: float = 15) -> None:
-        process = self.started.pop(name, None)
-        if process is None:
-            return
-        if process.poll() is None:
-            _signal_group(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _signal_group(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        _signal_group(process.pid, signal.SIGKILL)  # a pool child left behind by its parent
-        process.log.close()
-
-    def stop_all(self) -> None:
-        # Agents first: they would only log the web server's absence.
-        for name in sorted(self.started, key=lambda name: not name.startswith("agent")):
-            self.stop(name)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)  # the group of a process this soak started (start_new_session: pgid == pid)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 class Command(BaseCommand):
     help = "Soak the web server, Celery workers and beat on PostgreSQL and Redis, checking SPEC 2 throughout."
 
@@ -559,11 +489,13 @@ class Command(BaseCommand):
         world = soak_setup(clients=options["clients"])
         if options["own_redis"] is not None:
             broker = self._start_redis(options["own_redis"])
-        port = _free_port()
-        env = self._child_env(broker)
+        port = free_port()
+        env = service_env(broker=broker, log_dir=self.log_dir, app_name=self.app_name)
         self._start_services(env, port)
         base = f"http://127.0.0.1:{port}"
-        self._wait_ready(base, broker=env["CELERY_BROKER_URL"], queue_ids=world["queue_ids"])
+        self.processes.wait_ready(
+            base, broker=env["CELERY_BROKER_URL"], queue_ids=world["queue_ids"], trigger="soak"
+        )
         started_at = timezone.now()
 
         stop = threading.Event()
@@ -612,36 +544,12 @@ class Command(BaseCommand):
             )
         return self._final_checks(world, started_at, load_seconds, drain_seconds, backlog)
 
-    def _child_env(self, broker: str) -> dict:
-        env = os.environ.copy()
-        env.update(
-            {
-                "DATABASE_URL": settings.DATABASE_URL,
-                "CELERY_BROKER_URL": broker,
-                "CACHE_URL": broker,
-                "SECRET_KEY": settings.SECRET_KEY,
-                "DEBUG": "0",
-                "HTTPS": "0",
-                "ALLOWED_HOSTS": "127.0.0.1,localhost",
-                "QUOTAPORTAL_AUTOPASS": "1",
-                "PASS_INTERVAL_SECONDS": "2",
-                "SIMULATED_STARTUP_SECONDS": "1",
-                # The throttle stays on (its cache is exercised, also with Redis down), far above the load.
-                "API_SUBMIT_RATE": "1000000/min",
-                "LOG_LEVEL": "WARNING",
-                "QUOTAPORTAL_VAR_DIR": str(self.log_dir),
-                "PGAPPNAME": self.app_name,  # libpq: --fault postgres finds exactly the soak's connections
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        return env
-
     def _start_redis(self, port: int) -> str:
         if shutil.which("redis-server") is None:
             raise CommandError(
                 "--own-redis needs redis-server on PATH (Debian: apt-get install redis-server)"
             )
-        if _port_open(port):
+        if port_open(port):
             raise CommandError(
                 f"something already listens on 127.0.0.1:{port}: --own-redis needs a free port"
             )
@@ -659,75 +567,16 @@ class Command(BaseCommand):
             str(self.log_dir),
         ]
         self.processes.start("redis", self.redis_argv, os.environ.copy())
-        self._wait(lambda: _port_open(port), 10, f"Redis on port {port}")
+        self.processes.wait(lambda: port_open(port), 10, f"Redis on port {port}")
         self.redis_port = port
         return f"redis://127.0.0.1:{port}/0"
 
     def _start_services(self, env: dict, port: int) -> None:
-        python = sys.executable
-        self.processes.start(
-            "web",
-            [
-                python,
-                "-m",
-                "gunicorn",
-                "quotaportal.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                str(self.options["web_workers"]),
-                # Each agent's long-poll holds a thread for up to its wait: threads, not sync workers.
-                *(
-                    ["--worker-class", "gthread", "--threads", str(self.options["agents"] + 8)]
-                    if self.options["agents"]
-                    else []
-                ),
-                "--timeout",
-                "60",
-                "--graceful-timeout",
-                "5",
-                "--log-level",
-                "warning",
-            ],
-            env,
-        )
-        for i in range(self.options["workers"]):
-            self.processes.start(
-                f"worker{i}",
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "quotaportal",
-                    "worker",
-                    "--concurrency",
-                    "1",
-                    "-n",
-                    f"soak{i}@%h",
-                    "--loglevel",
-                    "WARNING",
-                    "--without-gossip",
-                    "--without-mingle",
-                ],
-                env,
-            )
-        self.processes.start(
-            "beat",
-            [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "quotaportal",
-                "beat",
-                "--loglevel",
-                "WARNING",
-                "--schedule",
-                str(self.log_dir / "beat-schedule"),
-            ],
-            env,
-        )
+        # Each agent's long-poll holds a thread for up to its wait: threads, not sync workers.
+        threads = self.options["agents"] + 8 if self.options["agents"] else 0
+        self.processes.start_web(env, port=port, workers=self.options["web_workers"], threads=threads)
+        self.processes.start_workers(env, count=self.options["workers"], prefix="soak")
+        self.processes.start_beat(env)
 
     def _start_agents(self, base: str, world: dict) -> None:
         """N agents round-robin over the external environment's types; each offers its type's capacity."""
@@ -754,41 +603,7 @@ class Command(BaseCommand):
                 continue
             for job in state.get("jobs", []):
                 if job.get("pid"):
-                    _signal_group(job["pid"], signal.SIGKILL)
-
-    def _wait(self, ready, seconds: float, what: str) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if ready():
-                return
-            for name, process in self.processes.started.items():
-                if process.poll() is not None:
-                    raise CommandError(
-                        f"{name} exited with {process.returncode} while waiting for {what}; "
-                        f"see {self.log_dir / (name + '.log')}"
-                    )
-            time.sleep(0.25)
-        raise CommandError(f"{what} not ready within {seconds} s; logs in {self.log_dir}")
-
-    def _wait_ready(self, base: str, *, broker: str, queue_ids: list[int]) -> None:
-        def web_ready():
-            try:
-                return requests.get(f"{base}/healthz", timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
-
-        self._wait(web_ready, 60, "gunicorn")
-        since = timezone.now()
-        # The beat passes only queues that changed or have something due, and the set-up's own passes may
-        # have settled them: ask the workers for one pass per queue through the broker, as a change would.
-        with Celery(broker=broker) as app:
-            for queue_id in queue_ids:
-                app.send_task("scheduling.tasks.run_queue_pass", args=[queue_id, "soak"])
-        self._wait(
-            lambda: SchedulingPass.objects.filter(started_at__gte=since).exists(),
-            60,
-            "the first scheduling pass (beat and workers)",
-        )
+                    signal_group(job["pid"], signal.SIGKILL)
 
     # --- load -----------------------------------------------------------------------------------------------
 
@@ -1013,7 +828,7 @@ class Command(BaseCommand):
         during = self._submissions_ok() - before
         passes_during = SchedulingPass.objects.count() - outage_passes_before
         self.processes.start("redis", self.redis_argv, os.environ.copy())
-        self._wait(lambda: _port_open(self.redis_port), 10, "Redis again")
+        self.processes.wait(lambda: port_open(self.redis_port), 10, "Redis again")
         back = timezone.now()
         back_clock = time.monotonic()
         resumed = None
@@ -1075,7 +890,7 @@ class Command(BaseCommand):
             time.monotonic() - began < self.options["fault_seconds"] and time.monotonic() < self.load_deadline
         ):
             process = self.processes.started[random.choice(workers)]
-            for child in _children(process.pid):
+            for child in children(process.pid):
                 os.kill(child, signal.SIGKILL)  # the pool process of a worker this soak started
                 killed += 1
             time.sleep(3)
