@@ -282,7 +282,7 @@ def _forward(
         pass_interval=pass_interval,
         pass_times=pass_clock(now, pass_interval, horizon_seconds, resolution) if resolution > 0 else None,
         check=False,
-        schedule_function=schedule,
+        schedule_function=_decide,
         startup_seconds=0.0,
         progress=None,
         shortcuts=True,
@@ -318,6 +318,11 @@ def _forward(
             never[job_id] = f"it waits longer than its max_pending_seconds, at {_clock(outcome.finished_at)}"
     cut_at = simulation.reached if simulation.cut_short else None
     return _Forward(starts, placed_on, simulation.ends_by_type(), never, result.stats.passes_run, cut_at)
+
+
+def _decide(snapshot: Snapshot):
+    """The engine's pass without its pending reasons: the replay reads only decisions (the same either way)."""
+    return schedule(snapshot, explain=False)
 
 
 def _configuration(snapshot: Snapshot) -> Configuration:
