@@ -13,7 +13,11 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    real jobs: with placeholders a victim search can only find more room than with the real jobs (a placeholder
    frees its whole sum where the real jobs free part of it), so when it finds none, the real search finds
    none.
-   Jobs on training plans stay real (drains name them).
+   Jobs on training plans stay real (drains name them). With `Reducer.real_in_share` (the estimator's
+   replay) the holdings of shares with in-share preemption are given as their real jobs: the victim search
+   then finds what the whole queue's finds among them (their priorities differ, and a placeholder at the
+   lowest of them offers the whole sum to any waiting job above it), and the argument is the same, since the
+   whole snapshot is the case where every holding is real.
 2. **Waiting jobs, the first few of each group.** RUNNABLE jobs of one share with the same preference list and
    priority form a group; the engine gets the first `k` of each group in queue order, plus every job due to
    time out. With no preemption in the pass, capacity only fills up while it runs and every fit rule is
@@ -354,6 +358,8 @@ class Reducer:
         }
         self.plan_counts = {plan.name: plan.instance_count for plan in plans}
         self.epoch = epoch
+        # Point 1 with the real jobs of the holdings of shares with in-share preemption
+        self.real_in_share = False
         self._placeholders: dict[tuple[int, str, int, int], Job] = {}
         self._ids: dict[tuple[int, str], int] = {}
         # share -> ((its usage generation, its groups' generation), its groups not held at its ceiling)
@@ -429,6 +435,9 @@ class Reducer:
                 # Only in-share preemption reads a victim's priority without also reading the real jobs.
                 if share.in_share_preemption:
                     lowest = lowest_priority[key] = min(placed.on_demand[key].values())
+                    if self.real_in_share:
+                        jobs.extend(unfinished[job_id] for job_id in placed.on_demand[key])
+                        continue
                 jobs.append(self.placeholder(share.id, instance_type, placed.usage[key], lowest))
         return ReducedSnapshotJobs(
             jobs=jobs,

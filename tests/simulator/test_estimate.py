@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from engine import Job, JobStatus
+from engine import Job, JobStatus, synthetic
 from simulator.estimate import (
     Expectations,
     Runtime,
@@ -166,3 +166,14 @@ def test_runtime_quantiles_are_read_back():
     assert runtime.below(30) == pytest.approx(0.5)
     assert runtime.remaining(0, 0.5) == 30
     assert runtime.remaining(30, 0.5) == pytest.approx(10)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 5, 6])
+def test_the_forward_replay_of_a_busy_queue_decides_every_pass_as_the_whole_queue_would(seed):
+    """The replay's shortcuts (holdings of in-share shares given as real jobs, passes without reasons) are
+    checked against the engine's pass on the whole queue, pass by pass."""
+    snap = synthetic.build_synthetic_snapshot(runnable=300, placed=120, shares=8, types=3, seed=seed)
+    in_share = {share.id for share in snap.shares if share.in_share_preemption}
+    assert any(job.placement is not None and job.share_id in in_share for job in snap.jobs)
+    run = estimate(snap, Expectations(default=Runtime.of([600, 1800, 7200])), verify_shortcuts=True)
+    assert sum(found.earliest is not None for found in run.estimates.values()) > 100
