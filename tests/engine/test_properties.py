@@ -39,8 +39,8 @@ from engine import (
     Snapshot,
     Strategy,
     schedule,
+    synthetic,
 )
-from engine import synthetic
 from engine.order import queue_key
 
 from . import reference
