@@ -177,3 +177,12 @@ def test_the_forward_replay_of_a_busy_queue_decides_every_pass_as_the_whole_queu
     assert any(job.placement is not None and job.share_id in in_share for job in snap.jobs)
     run = estimate(snap, Expectations(default=Runtime.of([600, 1800, 7200])), verify_shortcuts=True)
     assert sum(found.earliest is not None for found in run.estimates.values()) > 100
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+def test_the_lean_replay_gives_the_estimates_of_the_replay_as_first_written(seed):
+    snap = synthetic.build_synthetic_snapshot(runnable=300, placed=120, shares=8, types=3, seed=seed)
+    expectations = Expectations(default=Runtime.of([600, 1800, 7200]))
+    lean, plain = estimate(snap, expectations), estimate(snap, expectations, lean=False)
+    assert lean.estimates == plain.estimates
+    assert [stats.passes_run for stats in lean.replays] == [stats.passes_run for stats in plain.replays]
