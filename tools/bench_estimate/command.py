@@ -13,7 +13,7 @@ import time
 from django.core.management.base import BaseCommand
 
 from engine import synthetic
-from simulator.estimate import Expectations, Runtime, estimate
+from simulator.estimate import RESOLUTION, Expectations, Runtime, estimate
 
 
 class Command(BaseCommand):
@@ -26,6 +26,9 @@ class Command(BaseCommand):
         parser.add_argument("--types", type=int, default=5)
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--time-limit", type=float, default=None, help="cap, seconds (default: none)")
+        parser.add_argument(
+            "--resolution", type=float, default=RESOLUTION, help="the pass clock's (default: the estimator's)"
+        )
         parser.add_argument(
             "--compare",
             action="store_true",
@@ -59,7 +62,13 @@ class Command(BaseCommand):
 
     def timed(self, snapshot, expectations, options, *, lean: bool, label: str):
         started, cpu = time.perf_counter(), time.process_time()
-        run = estimate(snapshot, expectations, time_limit=options["time_limit"], lean=lean)
+        run = estimate(
+            snapshot,
+            expectations,
+            time_limit=options["time_limit"],
+            resolution=options["resolution"],
+            lean=lean,
+        )
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         found = sum(1 for e in run.estimates.values() if e.earliest is not None)
         never = sum(1 for e in run.estimates.values() if e.basis.startswith("never"))
