@@ -186,3 +186,16 @@ def test_the_lean_replay_gives_the_estimates_of_the_replay_as_first_written(seed
     lean, plain = estimate(snap, expectations), estimate(snap, expectations, lean=False)
     assert lean.estimates == plain.estimates
     assert [stats.passes_run for stats in lean.replays] == [stats.passes_run for stats in plain.replays]
+
+
+def test_the_latest_replay_decides_its_own_first_pass_when_a_job_ends_at_once_only_in_the_earliest():
+    """Job 10 has run 10 minutes; runs of its kind took 10, 10, 10 and 20: its lower quartile says it is
+    over now, its upper quartile 2.5 minutes from now. The replays' first passes see different queues."""
+    one = share(1, "nlp", RESERVE, limits={P5: 1})
+    jobs = [placed(10, one, P5, 1, scheduled_minutes_ago=10), runnable(1, one, entry(P5, 1))]
+    expectations = Expectations(learned={(one.id, P5): Runtime.of([600, 600, 600, 1200])})
+    snap = snapshot({P5: 1}, [one], jobs)
+    run = estimate(snap, expectations, resolution=0)
+    assert run.estimates[1].earliest == NOW
+    assert run.estimates[1].latest == NOW + timedelta(seconds=150)
+    assert run.estimates == estimate(snap, expectations, resolution=0, lean=False).estimates
