@@ -50,8 +50,13 @@ from .types import (
 )
 
 
-def schedule(snapshot: Snapshot) -> Decisions:
-    """One pass over one queue: same snapshot in, same decisions out."""
+def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
+    """One pass over one queue: same snapshot in, same decisions out.
+
+    `explain=False` leaves `Decisions.pending` empty (no reasons, no queue positions) and decides the rest
+    exactly as with it: the reasons are worked out after every decision, read-only, for a caller that only
+    needs the decisions (the start-time estimator's forward replay).
+    """
     state = WorkingState(snapshot)
     run = PassRun(state)
     drained = drain_expiring_plans(state, run.decisions)
@@ -73,7 +78,8 @@ def schedule(snapshot: Snapshot) -> Decisions:
     run.lapse_nominations(
         job.id for job in state.jobs if job.nomination is not None and job.id not in run.nomination_holds
     )
-    run.explain_pending(unordered, left)
+    if explain:
+        run.explain_pending(unordered, left)
     run.decisions.stats = pass_stats(run.decisions, run.considered)
     return run.decisions
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from statistics import NormalDist
 
-from engine import Entry, Job, JobStatus, Snapshot, schedule
+from engine import Decisions, Entry, Job, JobStatus, Snapshot, schedule
 
 from .config import (
     EPOCH,
@@ -36,7 +36,8 @@ from .config import (
     to_datetime,
     validate,
 )
-from .simulation import Kind, SimJob, Simulation, Status
+from .shortcuts import ShortcutDecider
+from .simulation import Kind, ReplayStats, SimJob, Simulation, Status
 
 # Each runtime is taken at its lower quartile for `earliest` and its upper quartile for `latest`. Not the
 # median: a start waits for the *first* of several running jobs to end, and the first of several uncertain
@@ -154,6 +155,7 @@ class EstimateRun:
     estimates: dict[int, Estimate]
     seconds: float
     passes: int
+    replays: list[ReplayStats] = field(default_factory=list)  # the earliest replay's, then the latest's
 
 
 def estimate(
@@ -165,13 +167,21 @@ def estimate(
     horizon_seconds: float = DEFAULT_HORIZON_SECONDS,
     time_limit: float | None = None,
     resolution: float = RESOLUTION,
+    verify_shortcuts: bool = False,
+    lean: bool = True,
 ) -> EstimateRun:
     """Estimate the start of every RUNNABLE job of `snapshot` (or of the `only` ones).
 
     Two forward replays with no arrivals: runtimes at their lower quartile (`earliest`), then at their upper quartile
     (`latest`).
     Past `time_limit` seconds (both replays together) a replay stops where it is: a job it had not started
-    by then gets no window, only "not before" the moment reached.
+    by then gets no window, only "not before" the moment reached. `verify_shortcuts` (for tests) runs every
+    pass on the whole queue as well and raises on any difference (`simulation.simulate`).
+
+    `lean` (the default) decides exactly the same passes for less: the engine works out no pending reasons,
+    the holdings of shares with in-share preemption are given as real jobs (`shortcuts`, point 1), and the
+    second replay takes the first one's first pass when both start it from the same state. `lean=False` is
+    the replay as it was first written, kept for the benchmark's comparison.
     """
     started = wallclock.perf_counter()
     deadline = None if time_limit is None else started + time_limit
@@ -184,6 +194,7 @@ def estimate(
         estimates[job_id] = Estimate(job_id, None, None, f"never: {reason}")
     wanted -= set(never)
     passes = 0
+    replays: list[ReplayStats] = []
     try:
         configuration = _configuration(snapshot)
     except ConfigurationError as error:
@@ -191,6 +202,7 @@ def estimate(
             estimates[job_id] = Estimate(job_id, None, None, f"no estimate: {error}")
         wanted = set()
     if wanted:
+        first_pass = _FirstPass() if lean else None
         typical = _forward(
             snapshot,
             configuration,
@@ -201,6 +213,9 @@ def estimate(
             horizon_seconds,
             deadline,
             resolution,
+            verify_shortcuts,
+            lean,
+            first_pass,
         )
         pessimistic = _forward(
             snapshot,
@@ -212,11 +227,15 @@ def estimate(
             horizon_seconds,
             deadline,
             resolution,
+            verify_shortcuts,
+            lean,
+            first_pass,
         )
         passes = typical.passes + pessimistic.passes
+        replays = [typical.stats, pessimistic.stats]
         for job_id in sorted(wanted):
             estimates[job_id] = _combine(job_id, typical, pessimistic, snapshot.now, horizon_seconds)
-    return EstimateRun(estimates, wallclock.perf_counter() - started, passes)
+    return EstimateRun(estimates, wallclock.perf_counter() - started, passes, replays)
 
 
 def _never_reasons(snapshot: Snapshot, wanted: set[int]) -> dict[int, str]:
@@ -246,6 +265,7 @@ class _Forward:
     never: dict[int, str]
     passes: int
     cut_at: float | None = None  # the replay stopped here on its time cap
+    stats: ReplayStats | None = None
 
 
 def _forward(
@@ -258,6 +278,9 @@ def _forward(
     horizon_seconds: float,
     deadline: float | None,
     resolution: float,
+    verify_shortcuts: bool = False,
+    lean: bool = True,
+    first_pass: _FirstPass | None = None,
 ) -> _Forward:
     now = snapshot.now.timestamp()
     share_names = {share.id: share.name for share in snapshot.shares}
@@ -282,11 +305,11 @@ def _forward(
         pass_interval=pass_interval,
         pass_times=pass_clock(now, pass_interval, horizon_seconds, resolution) if resolution > 0 else None,
         check=False,
-        schedule_function=schedule,
+        schedule_function=_decide if lean else schedule,
         startup_seconds=0.0,
         progress=None,
         shortcuts=True,
-        verify_shortcuts=False,
+        verify_shortcuts=verify_shortcuts,
     )
     simulation.prepare(
         placed=placed,
@@ -294,6 +317,8 @@ def _forward(
         wanted=wanted,
         runtime=lambda job_id, share_id, type_: expectations.runtime(job_id, share_id, type_).at(probability),
         deadline=deadline,
+        lean=lean,
+        first_pass=first_pass,
     )
     result = simulation.run()
     starts: dict[int, float] = {}
@@ -317,7 +342,14 @@ def _forward(
         elif outcome.status == Status.FAILED and outcome.reason == "PENDING_TIMEOUT":
             never[job_id] = f"it waits longer than its max_pending_seconds, at {_clock(outcome.finished_at)}"
     cut_at = simulation.reached if simulation.cut_short else None
-    return _Forward(starts, placed_on, simulation.ends_by_type(), never, result.stats.passes_run, cut_at)
+    return _Forward(
+        starts, placed_on, simulation.ends_by_type(), never, result.stats.passes_run, cut_at, result.stats
+    )
+
+
+def _decide(snapshot: Snapshot) -> Decisions:
+    """The engine's pass without its pending reasons: the replay reads only decisions (the same either way)."""
+    return schedule(snapshot, explain=False)
 
 
 def _configuration(snapshot: Snapshot) -> Configuration:
@@ -414,7 +446,7 @@ class _ForwardSimulation(Simulation):
     """The replay started from a live state: placed jobs seeded as running, and stopped once every job whose
     start is wanted has started or never will, or a time cap passed."""
 
-    def prepare(self, *, placed, runnable, wanted, runtime, deadline) -> None:
+    def prepare(self, *, placed, runnable, wanted, runtime, deadline, lean=False, first_pass=None) -> None:
         self.runtime = runtime
         self.wanted_left = set(wanted)
         self.runnable_since = {job.id: job.runnable_since for job in runnable.values()}
@@ -423,6 +455,13 @@ class _ForwardSimulation(Simulation):
         self.reached = self.start
         self.placed_type: dict[int, str] = {}
         self.ended: list[tuple[float, str]] = []
+        self.problems: dict[tuple[str, tuple[Entry, ...]], str | None] = {}
+        if lean and isinstance(self.decider, ShortcutDecider):
+            # A busy queue's passes would mostly preempt a summed holding of such a share, then nobody among
+            # its real jobs: each pass run twice (`shortcuts`, point 1).
+            self.decider.reducer.real_in_share = True
+        if first_pass is not None:
+            self.decider = _SharedFirstPass(self.decider, self, first_pass)
         now = self.start
         for job, ends_at in placed:
             outcome = self.outcomes[job.id]
@@ -450,13 +489,14 @@ class _ForwardSimulation(Simulation):
         limit lowered, its plan expired) only never fits, and the job is `never` only when none can run."""
         if job.share not in self.share_configs:
             return super()._submission_problem(job)
-        problems = [
-            entry_problem(self.config, self.share_configs[job.share], entry, self.start)
-            for entry in job.entries
-        ]
-        if all(problems):
-            return "no entry can ever run: " + "; ".join(problems)
-        return None
+        key = (job.share, job.entries)  # read at the replay's start: the same for every job of the share
+        if key not in self.problems:
+            problems = [
+                entry_problem(self.config, self.share_configs[job.share], entry, self.start)
+                for entry in job.entries
+            ]
+            self.problems[key] = "no entry can ever run: " + "; ".join(problems) if all(problems) else None
+        return self.problems[key]
 
     def _runnable_job(self, outcome):
         since = self.runnable_since.get(outcome.job.id)
@@ -498,6 +538,39 @@ class _ForwardSimulation(Simulation):
         for times in ends.values():
             times.sort()
         return ends
+
+
+@dataclass
+class _FirstPass:
+    """The first pass of the first replay, for the second: both replays start from the snapshot and differ
+    only in when jobs end, so a first pass that comes before any job ended sees the same queue in both."""
+
+    key: tuple | None = None  # (pass index, time, the ids of the jobs in the queue then)
+    decisions: Decisions | None = None
+
+
+class _SharedFirstPass:
+    """A decider that takes the first pass from `first` when the queue is the one `first` was decided on,
+    or decides it and keeps it there; every later pass is the wrapped decider's."""
+
+    def __init__(self, decider, simulation: Simulation, first: _FirstPass):
+        self.decider = decider
+        self.simulation = simulation
+        self.first = first
+        self.done = False
+
+    def decide(self, index: int, now: float) -> Decisions:
+        if self.done:
+            return self.decider.decide(index, now)
+        self.done = True
+        key = (index, now, frozenset(self.simulation.unfinished))
+        first = self.first
+        if first.key == key:
+            return first.decisions
+        decisions = self.decider.decide(index, now)
+        if first.key is None:
+            first.key, first.decisions = key, decisions
+        return decisions
 
 
 # --- the words ---------------------------------------------------------------------------------------------

@@ -13,7 +13,11 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    real jobs: with placeholders a victim search can only find more room than with the real jobs (a placeholder
    frees its whole sum where the real jobs free part of it), so when it finds none, the real search finds
    none.
-   Jobs on training plans stay real (drains name them).
+   Jobs on training plans stay real (drains name them). With `Reducer.real_in_share` (the estimator's
+   replay) the holdings of shares with in-share preemption are given as their real jobs: the victim search
+   then finds what the whole queue's finds among them (their priorities differ, and a placeholder at the
+   lowest of them offers the whole sum to any waiting job above it), and the argument is the same, since the
+   whole snapshot is the case where every holding is real.
 2. **Waiting jobs, the first few of each group.** RUNNABLE jobs of one share with the same preference list and
    priority form a group; the engine gets the first `k` of each group in queue order, plus every job due to
    time out. With no preemption in the pass, capacity only fills up while it runs and every fit rule is
@@ -225,6 +229,10 @@ class PlacedJobs:
         self.in_use_or_reserved: dict[str, int] = {}
         self.over_limit: dict[int, int] = {}  # share -> how many of its holdings are over their limit
         self.generation: dict[int, int] = {}  # share -> bumped at every change of its on-demand usage
+        # A count of changes, and per type (per plan) the count at the last change of a holding on it
+        self.changes = 0
+        self.type_changed: dict[str, int] = {}
+        self.plan_changed: dict[str, int] = {}
         for share in shares.values():
             for instance_type, limit in share.limits.items():
                 reserved = reserved_capacity(share.strategy, limit, share.lending_limits.get(instance_type))
@@ -237,6 +245,8 @@ class PlacedJobs:
             self.on_plans[job.id] = None
             plan = placement.training_plan
             self.plan_usage[plan] = self.plan_usage.get(plan, 0) + placement.instance_count
+            self.changes += 1
+            self.plan_changed[plan] = self.changes
             return
         key = (job.share_id, placement.instance_type)
         holding = self.on_demand.get(key)
@@ -253,6 +263,8 @@ class PlacedJobs:
         if placement.training_plan is not None:
             del self.on_plans[job.id]
             self.plan_usage[placement.training_plan] -= placement.instance_count
+            self.changes += 1
+            self.plan_changed[placement.training_plan] = self.changes
             return
         key = (job.share_id, placement.instance_type)
         holding = self.on_demand[key]
@@ -292,6 +304,8 @@ class PlacedJobs:
         if over:
             self.over_limit[share_id] = self.over_limit.get(share_id, 0) + over
         self.generation[share_id] = self.generation.get(share_id, 0) + 1
+        self.changes += 1
+        self.type_changed[instance_type] = self.changes
 
 
 @dataclass
@@ -354,11 +368,14 @@ class Reducer:
         }
         self.plan_counts = {plan.name: plan.instance_count for plan in plans}
         self.epoch = epoch
+        # Point 1 with the real jobs of the holdings of shares with in-share preemption
+        self.real_in_share = False
         self._placeholders: dict[tuple[int, str, int, int], Job] = {}
         self._ids: dict[tuple[int, str], int] = {}
         # share -> ((its usage generation, its groups' generation), its groups not held at its ceiling)
         self._live: dict[int, tuple[tuple[int, int], list[Group]]] = {}
-        self._bounds: dict[int, tuple[tuple, int | None]] = {}  # room_class -> (what it depends on, `bound`)
+        # room_class -> (`PlacedJobs.changes` when worked out, `bound`, where to look for later changes)
+        self._bounds: dict[int, tuple[int, int | None, tuple]] = {}
 
     def placeholder(self, share_id: int, instance_type: str, count: int, priority: int) -> Job:
         key = (share_id, instance_type, count, priority)
@@ -429,6 +446,9 @@ class Reducer:
                 # Only in-share preemption reads a victim's priority without also reading the real jobs.
                 if share.in_share_preemption:
                     lowest = lowest_priority[key] = min(placed.on_demand[key].values())
+                    if self.real_in_share:
+                        jobs.extend(unfinished[job_id] for job_id in placed.on_demand[key])
+                        continue
                 jobs.append(self.placeholder(share.id, instance_type, placed.usage[key], lowest))
         return ReducedSnapshotJobs(
             jobs=jobs,
@@ -444,30 +464,30 @@ class Reducer:
     ) -> int | None:
         """How many jobs of groups like `first`'s a pass that preempts nobody is given (None: stuck). It
         depends only on the share's usage and invariant B's sum on the entries' types (or a plan's usage),
-        so it is kept while those stay as they were (under STRICT_FIFO, when a share's queue is one group of
-        any lists, it is worked out every pass)."""
-        stamp = None
+        so it is kept while no holding on those types (plans) changed (under STRICT_FIFO, when a share's
+        queue is one group of any lists, it is worked out every pass)."""
         if not groups.strict_fifo:
-            share_id = first.share_id
-            stamp = tuple(
-                placed.plan_usage.get(entry.training_plan, 0)
-                if entry.training_plan is not None
-                else (
-                    placed.in_use_or_reserved.get(entry.instance_type, 0),
-                    placed.usage.get((share_id, entry.instance_type), 0),
-                )
-                for entry in first.entries
-            )
             known = self._bounds.get(room_class)
-            if known is not None and known[0] == stamp:
-                return known[1]
+            if known is not None:
+                at, take, watched = known
+                for changed, name in watched:
+                    if changed.get(name, 0) > at:
+                        break
+                else:
+                    return take
         take = (
             None
             if self.stuck(first, room, placed.usage)
             else 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
         )
-        if stamp is not None:
-            self._bounds[room_class] = (stamp, take)
+        if not groups.strict_fifo:
+            watched = tuple(
+                (placed.plan_changed, entry.training_plan)
+                if entry.training_plan is not None
+                else (placed.type_changed, entry.instance_type)
+                for entry in first.entries
+            )
+            self._bounds[room_class] = (placed.changes, take, watched)
         return take
 
     def live_groups(

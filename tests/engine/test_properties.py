@@ -39,6 +39,7 @@ from engine import (
     Snapshot,
     Strategy,
     schedule,
+    synthetic,
 )
 from engine.order import queue_key
 
@@ -749,3 +750,38 @@ def test_fair_share_never_hands_idle_capacity_to_a_borrower_that_already_borrows
         borrowed[admission.share_id, "t0"] += 1
         waiting[admission.share_id] -= 1
     check_pass(queue, decisions, apply_decisions(queue, decisions))
+
+
+def decisions_without_reasons(snap: Snapshot) -> Decisions:
+    """The pass run twice, with and without its pending reasons: everything but the reasons is the same."""
+    explained = schedule(snap)
+    quiet = schedule(snap, explain=False)
+    assert quiet.pending == []
+    assert replace(explained, pending=[]) == quiet
+    return explained
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=queues(), rng=st.randoms(use_true_random=True), graceful=st.booleans())
+def test_a_pass_without_reasons_decides_exactly_what_it_decides_with_them(
+    queue: Snapshot, rng: random.Random, graceful: bool
+):
+    queue = replace(
+        queue,
+        shares=tuple(replace(share, in_share_preemption=rng.random() < 0.5) for share in queue.shares),
+    )
+    running = placed_jobs(rng, queue, rng.randint(0, 30))
+    snap = replace(queue, jobs=tuple(running + new_jobs(rng, queue, 100)))
+    next_id = 1000
+    for _ in range(PASSES):
+        if graceful:
+            snap = executors_at_work(rng, snap)
+        after = apply_decisions(snap, decisions_without_reasons(snap))
+        snap = between_passes(rng, after, next_id)
+        next_id += 100
+
+
+def test_a_busy_synthetic_pass_without_reasons_decides_what_it_decides_with_them():
+    snap = synthetic.build_synthetic_snapshot(runnable=600, placed=200, shares=8, types=4, seed=3)
+    decisions = decisions_without_reasons(snap)
+    assert decisions.admissions and decisions.preemptions and decisions.pending  # the busy paths were taken

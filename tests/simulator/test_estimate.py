@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from engine import Job, JobStatus
+from engine import Job, JobStatus, synthetic
 from simulator.estimate import (
     Expectations,
     Runtime,
@@ -166,3 +166,36 @@ def test_runtime_quantiles_are_read_back():
     assert runtime.below(30) == pytest.approx(0.5)
     assert runtime.remaining(0, 0.5) == 30
     assert runtime.remaining(30, 0.5) == pytest.approx(10)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 5, 6])
+def test_the_forward_replay_of_a_busy_queue_decides_every_pass_as_the_whole_queue_would(seed):
+    """The replay's shortcuts (holdings of in-share shares given as real jobs, passes without reasons) are
+    checked against the engine's pass on the whole queue, pass by pass."""
+    snap = synthetic.build_synthetic_snapshot(runnable=300, placed=120, shares=8, types=3, seed=seed)
+    in_share = {share.id for share in snap.shares if share.in_share_preemption}
+    assert any(job.placement is not None and job.share_id in in_share for job in snap.jobs)
+    run = estimate(snap, Expectations(default=Runtime.of([600, 1800, 7200])), verify_shortcuts=True)
+    assert sum(found.earliest is not None for found in run.estimates.values()) > 100
+
+
+@pytest.mark.parametrize("seed", [1, 4])
+def test_the_lean_replay_gives_the_estimates_of_the_replay_as_first_written(seed):
+    snap = synthetic.build_synthetic_snapshot(runnable=300, placed=120, shares=8, types=3, seed=seed)
+    expectations = Expectations(default=Runtime.of([600, 1800, 7200]))
+    lean, plain = estimate(snap, expectations), estimate(snap, expectations, lean=False)
+    assert lean.estimates == plain.estimates
+    assert [stats.passes_run for stats in lean.replays] == [stats.passes_run for stats in plain.replays]
+
+
+def test_the_latest_replay_decides_its_own_first_pass_when_a_job_ends_at_once_only_in_the_earliest():
+    """Job 10 has run 10 minutes; runs of its kind took 10, 10, 10 and 20: its lower quartile says it is
+    over now, its upper quartile 2.5 minutes from now. The replays' first passes see different queues."""
+    one = share(1, "nlp", RESERVE, limits={P5: 1})
+    jobs = [placed(10, one, P5, 1, scheduled_minutes_ago=10), runnable(1, one, entry(P5, 1))]
+    expectations = Expectations(learned={(one.id, P5): Runtime.of([600, 600, 600, 1200])})
+    snap = snapshot({P5: 1}, [one], jobs)
+    run = estimate(snap, expectations, resolution=0)
+    assert run.estimates[1].earliest == NOW
+    assert run.estimates[1].latest == NOW + timedelta(seconds=150)
+    assert run.estimates == estimate(snap, expectations, resolution=0, lean=False).estimates
