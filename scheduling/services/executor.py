@@ -83,7 +83,7 @@ def job_report(
     job = job_lock(job_id)
     if attempt is not None and attempt != job.attempt:
         raise Conflict(
-            f"attempt {attempt} of job {job.pk} is stale: its current attempt is {job.attempt}; "
+            f"attempt {attempt} of {job} is stale: its current attempt is {job.attempt}; "
             "stop that attempt's process if it still runs"
         )
     now = timezone.now()
@@ -93,9 +93,9 @@ def job_report(
             # moment before the executor's STOPPED arrived): keep what it says about the process, nothing moves.
             _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
             return job
-        raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
+        raise Conflict(f"{job} is {job.status}; it cannot move to {status}")
     if status not in REPORT_TRANSITIONS[job.status] and status != job.status:
-        raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
+        raise Conflict(f"{job} is {job.status}; it cannot move to {status}")
     _lease_renew(job=job, environment=job.job_queue.service_environment, now=now)
     _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
     if job.status == status or (job.status == JobStatus.STOPPING and status in PROGRESS_REPORTS):
