@@ -1,0 +1,69 @@
+"""What a person reads, in a real browser at a laptop's width and a phone's: a field the inline check marks
+invalid says so to a screen reader, and stops saying so once fixed; on a phone a pending job's row starts with
+its name; the what-if charts' text is at least 11 px on screen."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.test_narrow import DESKTOP, PHONE, WIDTHS, busy, on_screen  # noqa: F401 (busy is a fixture)
+from tests.pages.conftest import P4, build_world
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def world(transactional_db):
+    return build_world()
+
+
+def description(page, selector: str) -> str:
+    """The text a screen reader reads as the control's description: its aria-describedby elements' text."""
+    return page.evaluate(
+        """(selector) => {
+            const ids = (document.querySelector(selector).getAttribute("aria-describedby") || "").split(" ");
+            return ids.filter(Boolean).map((id) => document.getElementById(id).textContent.trim()).join(" | ");
+        }""",
+        selector,
+    )
+
+
+@WIDTHS
+def test_the_inline_check_marks_a_field_invalid_and_valid_again_for_screen_readers(world, sign_in, viewport):
+    page = sign_in("ana", viewport=viewport)
+    page.click("nav >> text=Submit a job")
+    count = "#id_pref-0-instance_count"
+    expect(page.locator(count)).not_to_have_attribute("aria-invalid", "true")
+    page.fill("#id_name", "checked-inline")
+    page.select_option("#id_quota_share", label="training / nlp (NLP)")
+    page.select_option("#id_pref-0-instance_type", label=P4)
+    page.fill(count, "9")
+    page.locator(count).blur()
+
+    expect(page.locator("#errors-pref-0-instance_count")).to_contain_text("can never run")
+    expect(page.locator(count)).to_have_attribute("aria-invalid", "true")
+    assert "can never run: share nlp may hold at most 4" in description(page, count)
+    expect(page.locator(count).locator("xpath=ancestor::div[contains(@class, 'field')][1]")).to_have_class(
+        "field has-errors"
+    )
+
+    page.fill(count, "2")
+    page.locator(count).blur()
+
+    expect(page.locator("#errors-pref-0-instance_count")).to_be_empty()
+    expect(page.locator(count)).not_to_have_attribute("aria-invalid", "true")
+    assert "can never run" not in description(page, count)
+    # A bad name: its input is described by its help and its error, then by its help alone once fixed.
+    page.fill("#id_name", "has space")
+    page.locator("#id_name").blur()
+    expect(page.locator("#errors-name")).not_to_be_empty()
+    expect(page.locator("#id_name")).to_have_attribute("aria-invalid", "true")
+    name_description = description(page, "#id_name")
+    assert page.locator("#errors-name").inner_text().strip() in name_description
+    assert page.locator("#id_name_helptext").inner_text().strip() in name_description
+    page.fill("#id_name", "no-space")
+    page.locator("#id_name").blur()
+    expect(page.locator("#id_name")).not_to_have_attribute("aria-invalid", "true")
+    assert description(page, "#id_name") == page.locator("#id_name_helptext").inner_text().strip()
+    on_screen(page.locator(count))
