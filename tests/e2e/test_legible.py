@@ -8,6 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.test_narrow import DESKTOP, PHONE, WIDTHS, busy, on_screen  # noqa: F401 (busy is a fixture)
+from scheduling.services.estimates import queue_estimates_refresh
 from tests.pages.conftest import P4, build_world
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -67,3 +68,28 @@ def test_the_inline_check_marks_a_field_invalid_and_valid_again_for_screen_reade
     expect(page.locator("#id_name")).not_to_have_attribute("aria-invalid", "true")
     assert description(page, "#id_name") == page.locator("#id_name_helptext").inner_text().strip()
     on_screen(page.locator(count))
+
+
+@WIDTHS
+def test_a_pending_job_s_row_starts_with_its_name_and_shows_its_estimate_and_reason(
+    busy, sign_in, live_server, viewport
+):
+    queue_estimates_refresh(job_queue_id=busy.queue.pk)
+    page = sign_in("ana", viewport=viewport)
+    page.goto(f"{live_server.url}/shares/{busy.nlp.pk}/")
+    row = page.locator("table.jobs tr", has_text="nlp-waits-for-a-very-long-while")
+    name, position = row.locator("td.job-name"), row.locator("td[data-label=Position]")
+    on_screen(name)
+    on_screen(position)
+    name_box, position_box = name.bounding_box(), position.bounding_box()
+    if viewport == PHONE:  # stacked: one cell a line, the name on the first
+        assert name_box["y"] + name_box["height"] <= position_box["y"] + 0.5, (name_box, position_box)
+    else:  # a table: the name in the first column
+        assert name_box["x"] < position_box["x"], (name_box, position_box)
+    estimate = row.locator("td.estimate-cell")
+    on_screen(estimate)
+    expect(estimate).to_contain_text("likely to start around")
+    reason = row.locator("td.reason")
+    on_screen(reason)
+    expect(reason).to_contain_text("share nlp")
+    assert reason.bounding_box()["height"] < 844  # wrapped across the width, not a column of single words
