@@ -249,7 +249,7 @@ def photograph(
     from scheduling.passes import run as passes
 
     out.mkdir(parents=True, exist_ok=True)
-    vision = QuotaShare.objects.get(name="vision")
+    vision = QuotaShare.objects.get(name="vision", job_queue__name="training")  # `local` has one too
     # Playwright's event loop makes this thread look async to Django; the passes below are plain sync calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     names: list[str] = []

@@ -93,3 +93,26 @@ def test_a_pending_job_s_row_starts_with_its_name_and_shows_its_estimate_and_rea
     on_screen(reason)
     expect(reason).to_contain_text("share nlp")
     assert reason.bounding_box()["height"] < 844  # wrapped across the width, not a column of single words
+
+
+CHART_TEXT_SIZES = """() => Array.from(document.querySelectorAll(".whatif-charts svg"))
+    .filter((svg) => svg.getClientRects().length > 0)
+    .map((svg) => {
+        const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+        const sizes = Array.from(svg.querySelectorAll("text"))
+            .filter((text) => text.textContent.trim())
+            .map((text) => parseFloat(getComputedStyle(text).fontSize) * scale);
+        return {width: svg.getBoundingClientRect().width, smallest: Math.min(...sizes), texts: sizes.length};
+    })"""
+
+
+@WIDTHS
+def test_the_what_if_charts_text_is_at_least_11_px_on_screen(busy, sign_in, live_server, viewport):
+    page = sign_in("admin", viewport=viewport)
+    page.goto(f"{live_server.url}/manage/whatif/{busy.run.pk}/")
+    expect(page.locator(".whatif-charts svg >> visible=true").first).to_be_visible()
+    charts = page.evaluate(CHART_TEXT_SIZES)
+    assert len(charts) == 3, charts  # the waits, the queue as it is, as proposed: one drawing each shown
+    for chart in charts:
+        assert chart["texts"] > 5 and chart["smallest"] >= 11, charts
+        assert chart["width"] <= viewport[0]
