@@ -187,6 +187,13 @@ def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser 
     pass_request(job_queue_id=job.job_queue_id, trigger="finish")
 
 
+_AFTER_STOPPING = {
+    JobStatus.RUNNABLE: "back in the queue (RUNNABLE)",
+    JobStatus.CANCELLED: "CANCELLED",
+    JobStatus.FAILED: "FAILED",
+}
+
+
 def job_stopped(*, job: Job, actor: AbstractBaseUser | None, now, how: str) -> None:
     """A STOPPING job has stopped: it becomes its stop outcome (RUNNABLE, CANCELLED or FAILED).
 
@@ -203,7 +210,7 @@ def job_stopped(*, job: Job, actor: AbstractBaseUser | None, now, how: str) -> N
         job=job,
         actor=actor,
         now=now,
-        message=f"{job.name} stopped ({how}): {job.status}",
+        message=f"{job.name} stopped ({how}): {_AFTER_STOPPING.get(job.status, job.status)}",
     )
     if job.status == JobStatus.FAILED:
         job_event_record(
