@@ -7,9 +7,12 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.test_narrow import DESKTOP, PHONE, WIDTHS, busy, on_screen  # noqa: F401 (busy is a fixture)
 from scheduling.services.estimates import queue_estimates_refresh
+from tests.e2e import test_narrow
+from tests.e2e.test_narrow import PHONE, WIDTHS, on_screen
 from tests.pages.conftest import P4, build_world
+
+busy = test_narrow.busy  # jobs on plans and on demand, a reclaim, long reasons, a finished what-if run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -116,3 +119,30 @@ def test_the_what_if_charts_text_is_at_least_11_px_on_screen(busy, sign_in, live
     for chart in charts:
         assert chart["texts"] > 5 and chart["smallest"] >= 11, charts
         assert chart["width"] <= viewport[0]
+
+
+@WIDTHS
+def test_the_share_charts_labels_are_at_least_11_px_on_screen(busy, sign_in, live_server, viewport):
+    page = sign_in("ana", viewport=viewport)
+    page.goto(f"{live_server.url}/shares/{busy.nlp.pk}/")
+    expect(page.locator(".usage-chart svg").first).to_be_visible()
+    sizes = page.evaluate(
+        """() => Array.from(document.querySelectorAll(".usage-chart svg")).map((svg) => {
+            const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+            return Array.from(svg.querySelectorAll("text.tick"))
+                .map((text) => parseFloat(getComputedStyle(text).fontSize) * scale);
+        })"""
+    )
+    assert sizes and all(len(chart) >= 5 and min(chart) >= 11 for chart in sizes), sizes
+    # The labels stay inside the drawing (none cut at an edge).
+    outside = page.evaluate(
+        """() => Array.from(document.querySelectorAll(".usage-chart svg")).flatMap((svg) => {
+            const box = svg.getBoundingClientRect();
+            return Array.from(svg.querySelectorAll("text.tick")).filter((text) => {
+                const r = text.getBoundingClientRect();
+                return r.left < box.left - 0.5 || r.right > box.right + 0.5
+                    || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5;
+            }).map((text) => [text.textContent, JSON.stringify(text.getBoundingClientRect()), JSON.stringify(box)]);
+        })"""
+    )
+    assert outside == []
