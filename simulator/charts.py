@@ -42,6 +42,7 @@ SHARE_COLORS = (
 )
 CONFIG_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2")
 FONT = 'font-family="Helvetica, Arial, sans-serif"'
+HALO = 'stroke="white" stroke-width="3" paint-order="stroke"'
 NARROW_WIDTH = 340
 NARROW_TEXT = 12  # shown at no less than 11 px down to a 330-pixel-wide chart
 
@@ -180,6 +181,7 @@ def utilization_svg(
                 f"on-demand capacity {capacity_gpus:g} GPUs",
                 anchor="end",
                 size=size,
+                extra=HALO,  # readable where use rises above the capacity, over the areas
             )
         )
     else:
@@ -212,18 +214,22 @@ def utilization_svg(
 
 
 def _time_ticks(start: float, end: float, most: int = 10) -> list[tuple[float, str]]:
-    """Up to about `most` ticks on whole days (`Oct 09`), or on whole hours (`14:00`) for a window of two days
-    or less, so a short window is labelled too."""
+    """Up to about `most` ticks on whole days (`Oct 09`), on whole hours (`14:00`) for a window of two days
+    or less, or on quarter hours for three hours or less, so a short window is labelled too."""
     span = end - start
     if span > 2 * 86400:
         unit, fmt = 86400.0, "%b %d"
-    else:
+    elif span > 3 * 3600:
         unit, fmt = 3600.0, "%H:%M"
+    else:
+        unit, fmt = 900.0, "%H:%M"  # a window of an hour or two has a tick every quarter hour
     first = math.ceil(start / unit) * unit
     count = int((end - first) // unit) + 1
     every = max(1, math.ceil(count / most))
     if unit == 3600.0:
         every = next((n for n in (1, 2, 3, 4, 6, 12, 24) if n >= every), every)
+    elif unit == 900.0:
+        every = next((n for n in (1, 2, 4, 8) if n >= every), every)
     return [
         (first + k * unit, datetime.fromtimestamp(first + k * unit, UTC).strftime(fmt))
         for k in range(0, count, every)
@@ -272,6 +278,9 @@ def waits_svg(
         width = max(640, left + right + len(groups) * group_w)
         height = 440
     plot_h = height - top - bottom
+    # The groups share the plot's whole width, however few they are.
+    group_w = max(group_w, (width - left - right) / max(1, len(groups)))
+    boxes_w = len(configs) * box_w
     low, high = (
         math.log10(10),
         math.log10(
@@ -306,7 +315,7 @@ def waits_svg(
             )
             body.append(_text(left - 6, y(seconds) + 4, label, anchor="end", size=size))
     for g, group in enumerate(groups):
-        x0 = left + gap / 2 + g * group_w
+        x0 = left + g * group_w + (group_w - boxes_w) / 2
         for c, config in enumerate(configs):
             values = waits[group].get(config, ())
             cx = x0 + c * box_w + box_w / 2
@@ -340,7 +349,7 @@ def waits_svg(
                     )
                 )
         if narrow:
-            label_x, label_y = x0 + (group_w - gap) / 2 + 4, top + plot_h + 14
+            label_x, label_y = x0 + boxes_w / 2 + 4, top + plot_h + 14
             body.append(
                 _text(
                     label_x,
@@ -352,7 +361,7 @@ def waits_svg(
                 )
             )
         else:
-            body.append(_text(x0 + (group_w - gap) / 2, top + plot_h + 16, group, anchor="middle"))
+            body.append(_text(x0 + boxes_w / 2, top + plot_h + 16, group, anchor="middle"))
     body.append(
         f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{plot_h}" fill="none" '
         f'stroke="#999"/>'

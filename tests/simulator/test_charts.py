@@ -92,3 +92,13 @@ def test_the_desktop_charts_keep_their_size():
         title="t", times=[START, START + HOUR], gpus_in_use={"a": [1.0, 2.0]}, capacity_gpus=4
     )
     assert svg_width(svg) == 960
+
+
+def test_an_hour_is_labelled_every_quarter_hour_and_few_groups_spread_across_the_waits_chart():
+    svg = utilization_svg(
+        title="t", times=[START + i * 60 for i in range(60)], gpus_in_use={"a": [4.0] * 60}, capacity_gpus=4
+    )
+    assert len(re.findall(r">\d\d:(?:00|15|30|45)</text>", svg)) >= 4
+    waits = waits_svg(title="t", waits={g: {"current": [20.0, 60.0]} for g in ("all jobs", "nlp")})
+    centres = [float(x) for x in re.findall(r'<line x1="([\d.]+)" x2="\1" y1=', waits)]
+    assert max(centres) > 640 / 2  # the second group sits in the right half, not beside the first
