@@ -107,7 +107,7 @@ def utilization_svg(
         # The legend goes under the time axis, two shares a line; the plot takes the whole width.
         title_lines = _wrap(title, 14, NARROW_WIDTH - 16)
         legend_rows = math.ceil(len(shares) / 2)
-        left, right, top = 44, 10, 24 + 18 * len(title_lines)
+        left, right, top = 54, 10, 24 + 18 * len(title_lines)
         bottom = 30 + 18 * legend_rows + 16 * len(credit_lines) + 8
         width, height = NARROW_WIDTH, top + 200 + bottom
     else:
@@ -115,6 +115,7 @@ def utilization_svg(
         width, height = 960, 420
         left, right, top, bottom = 60, 170, 36, 70
     plot_w, plot_h = width - left - right, height - top - bottom
+    axis_x = 12 if narrow else 16  # the axis title, clear of the tick labels
     totals = [sum(gpus_in_use[s][i] for s in shares) for i in range(len(times))]
     # The data fills the chart: when use stays under half the capacity, the scale ends above the use and the
     # capacity line is named instead of drawn near the top of an empty chart.
@@ -197,12 +198,12 @@ def utilization_svg(
     body.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>')
     body.append(
         _text(
-            16,
+            axis_x,
             top + plot_h / 2,
             "GPUs in use",
             anchor="middle",
             size=size,
-            extra=f'transform="rotate(-90 16 {top + plot_h / 2:.1f})"',
+            extra=f'transform="rotate(-90 {axis_x} {top + plot_h / 2:.1f})"',
         )
     )
     for i, line in enumerate(credit_lines):
@@ -262,11 +263,11 @@ def waits_svg(
         title_lines = _wrap(title, 14, NARROW_WIDTH - 16)
         note_lines = _wrap(note, size, NARROW_WIDTH - 16)
         credit_lines = _wrap(credit, size, NARROW_WIDTH - 16) if credit else []
-        left, right = 44, 10
+        left, right = 54, 10
         top = 24 + 18 * len(title_lines) + 16 * len(configs) + 4
         longest = max((len(group) for group in groups), default=0)
         labels_h = 0.55 * size * longest * 0.71 + size + 8  # a label slanted at 45 degrees
-        bottom = round(labels_h + 36 + 16 * (len(note_lines) + len(credit_lines)) + 8)
+        bottom = round(44 + labels_h + 16 * (len(note_lines) + len(credit_lines)) + 8)
         width = max(NARROW_WIDTH, left + right + len(groups) * group_w)
         height = top + 220 + bottom
     else:
@@ -278,6 +279,7 @@ def waits_svg(
         width = max(640, left + right + len(groups) * group_w)
         height = 440
     plot_h = height - top - bottom
+    axis_x = 12 if narrow else 16  # the axis title, clear of the tick labels
     # The groups share the plot's whole width, however few they are.
     group_w = max(group_w, (width - left - right) / max(1, len(groups)))
     boxes_w = len(configs) * box_w
@@ -341,7 +343,8 @@ def waits_svg(
                 body.append(
                     _text(
                         cx,
-                        top + plot_h + 32 + 12 * (c % 2),
+                        # Under the group's name; on a phone, between the plot and the slanted names.
+                        top + plot_h + (16 if narrow else 32) + (13 if narrow else 12) * (c % 2),
                         str(missing),
                         anchor="middle",
                         size=size,
@@ -349,7 +352,7 @@ def waits_svg(
                     )
                 )
         if narrow:
-            label_x, label_y = x0 + boxes_w / 2 + 4, top + plot_h + 14
+            label_x, label_y = x0 + boxes_w / 2 + 4, top + plot_h + 44
             body.append(
                 _text(
                     label_x,
@@ -368,12 +371,12 @@ def waits_svg(
     )
     body.append(
         _text(
-            16,
+            axis_x,
             top + plot_h / 2,
             "wait (first placement - arrival)",
             anchor="middle",
             size=size,
-            extra=f'transform="rotate(-90 16 {top + plot_h / 2:.1f})"',
+            extra=f'transform="rotate(-90 {axis_x} {top + plot_h / 2:.1f})"',
         )
     )
     notes = note_lines + credit_lines
