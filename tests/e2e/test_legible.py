@@ -146,3 +146,15 @@ def test_the_share_charts_labels_are_at_least_11_px_on_screen(busy, sign_in, liv
         })"""
     )
     assert outside == []
+
+
+@WIDTHS
+def test_the_share_forms_sum_of_limits_has_its_title_across_the_width(busy, sign_in, live_server, viewport):
+    page = sign_in("admin", viewport=viewport)
+    page.goto(f"{live_server.url}/manage/shares/{busy.vision.pk}/")
+    table = page.locator("table.limits")
+    caption = table.locator("caption")
+    on_screen(caption)
+    # One or two lines as wide as the table, not a column of single words beside it.
+    assert caption.bounding_box()["width"] >= 0.9 * table.bounding_box()["width"]
+    assert caption.bounding_box()["height"] < 60
