@@ -1,6 +1,6 @@
 """What a person reads, in a real browser at a laptop's width and a phone's: a field the inline check marks
-invalid says so to a screen reader, and stops saying so once fixed; on a phone a pending job's row starts with
-its name; the what-if charts' text is at least 11 px on screen."""
+invalid says so to a screen reader, and stops saying so once fixed; a pending job's row starts with its name;
+the what-if charts' and the share charts' text is at least 11 px on screen; a table's title spans the table."""
 
 from __future__ import annotations
 
