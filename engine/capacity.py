@@ -135,6 +135,7 @@ class WorkingState:
         self.shares: dict[int, Share] = {share.id: share for share in sorted(snapshot.shares, key=_by_id)}
         self.plans: dict[str, Plan] = {plan.name: plan for plan in sorted(snapshot.plans, key=_by_id)}
         self.jobs: list[Job] = sorted(snapshot.jobs, key=_by_id)
+        self._jobs_by_id: dict[int, Job] | None = None
         self.ledgers: dict[str, TypeLedger] = {}
         self.holdings: dict[tuple[int, str], Holding] = {}
         self.share_usage: dict[int, int] = {share_id: 0 for share_id in self.shares}
@@ -185,6 +186,12 @@ class WorkingState:
                 self._count_before_pass(holding)
 
     # --- lookups -----------------------------------------------------------------------------------------
+
+    def job_by_id(self, job_id: int) -> Job | None:
+        """The snapshot's job `job_id`, for the words that name it (built on first use: most passes never ask)."""
+        if self._jobs_by_id is None:
+            self._jobs_by_id = {job.id: job for job in self.jobs}
+        return self._jobs_by_id.get(job_id)
 
     def ledger(self, instance_type: str) -> TypeLedger:
         ledger = self.ledgers.get(instance_type)

@@ -13,6 +13,26 @@ if TYPE_CHECKING:
     from .fit import Fit
 
 
+def job_label(job: Job, reader: Job | None = None) -> str:
+    """A job as people read it, `nightly-retrain (#12)`; `job #12` when it has no name or belongs to another
+    team than `reader`, the job the text is about, whose team reads it and may not learn other teams' names."""
+    if job.name and (reader is None or job.team_id == reader.team_id):
+        return f"{job.name} (#{job.id})"
+    return f"job #{job.id}"
+
+
+def job_labels(jobs, reader: Job) -> str:
+    return ", ".join(job_label(job, reader) for job in jobs)
+
+
+def labels_of_ids(state: WorkingState, job_ids, reader: Job) -> str:
+    """`job_labels` of the snapshot's jobs `job_ids` (one no longer in it: by number)."""
+    return ", ".join(
+        job_label(job, reader) if (job := state.job_by_id(job_id)) is not None else f"job #{job_id}"
+        for job_id in job_ids
+    )
+
+
 def admission_message(job: Job, fit: Fit, borrowed: int) -> str:
     entry = fit.entry
     where = (
@@ -27,7 +47,7 @@ def admission_message(job: Job, fit: Fit, borrowed: int) -> str:
         how = "within share quota"
     message = f"{where} {how}"
     if fit.victims:
-        message += " after preempting " + ", ".join(f"job {victim.id}" for victim in fit.victims)
+        message += " after preempting " + job_labels(fit.victims, job)
     return message
 
 
@@ -41,6 +61,7 @@ def preemption_message(
 ) -> str:
     """Name victim, preemptor and both shares, and why; read before the victim's capacity is released."""
     victim_share = state.shares[victim.share_id].name
+    victim_label = job_label(victim)
     instances = f"{placement.instance_count} {placement.instance_type}"
     if kind == PreemptionKind.LIMIT_REDUCED:
         if placement.training_plan is not None:
@@ -48,43 +69,44 @@ def preemption_message(
             held = state.plan_in_use.get(placement.training_plan, 0)
             allowed = plan.instance_count if plan is not None else 0
             message = (
-                f"job {victim.id} of share {victim_share} preempted to give back {instances} of training "
+                f"{victim_label} of share {victim_share} preempted to give back {instances} of training "
                 f"plan {placement.training_plan}, which holds {held} of the {allowed} it may use now"
             )
         else:
             ledger = state.ledgers[placement.instance_type]
             holding = state.holding(victim.share_id, placement.instance_type)
             message = (
-                f"job {victim.id} of share {victim_share} preempted to give back {instances}: capacity "
+                f"{victim_label} of share {victim_share} preempted to give back {instances}: capacity "
                 f"lowered to {ledger.capacity} with {ledger.used} in use ({victim_share} at "
                 f"{holding.usage}/{holding.limit})"
             )
     else:
         preemptor_share = state.shares[preemptor.share_id].name
+        preemptor_label = job_label(preemptor, victim)
         if kind == PreemptionKind.RECLAIM:
             holding = state.holding(victim.share_id, placement.instance_type)
             message = (
-                f"job {victim.id} of share {victim_share} preempted by job {preemptor.id} of share "
+                f"{victim_label} of share {victim_share} preempted by {preemptor_label} of share "
                 f"{preemptor_share} to reclaim {instances} lent by {preemptor_share} and borrowed by "
                 f"{victim_share} ({victim_share} at {holding.usage}/{holding.limit})"
             )
         else:
             message = (
-                f"job {victim.id} (priority {victim.priority}) preempted by job {preemptor.id} (priority "
-                f"{preemptor.priority}) of share {victim_share}: in-share preemption frees {instances}"
+                f"{victim_label} at priority {victim.priority} preempted by {preemptor_label} at priority "
+                f"{preemptor.priority} of share {victim_share}: in-share preemption frees {instances}"
             )
     return message
 
 
-def nomination_message(job: Job, fit: Fit, stopping_ids: list[int]) -> str:
+def nomination_message(state: WorkingState, job: Job, fit: Fit, stopping_ids: list[int]) -> str:
     entry = fit.entry
     message = (
         f"nominated for {entry.instance_type} x{entry.instance_count} "
         f"(entry {fit.entry_index + 1} of {len(job.entries)})"
     )
     if fit.victims:
-        message += " after preempting " + ", ".join(f"job {victim.id}" for victim in fit.victims)
-    return message + ": waiting for stopping jobs " + ", ".join(str(job_id) for job_id in stopping_ids)
+        message += " after preempting " + job_labels(fit.victims, job)
+    return message + ": waiting for stopping " + labels_of_ids(state, stopping_ids, job)
 
 
 def drain_message(plan_name: str, plan: Plan | None, drain_seconds: int, now: datetime) -> str:

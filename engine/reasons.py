@@ -15,7 +15,7 @@ from .fit import (
     within_own_quota,
     within_share_ceiling,
 )
-from .messages import when
+from .messages import job_label, labels_of_ids, when
 from .preemption import (
     in_share_usage,
     preemption_may_make_room,
@@ -34,18 +34,17 @@ def share_disabled_reason(share_name: str) -> str:
     return f"share {share_name} is disabled: its RUNNABLE jobs are not placed until it is enabled"
 
 
-def held_by_strict_fifo_reason(blocking_job_id: int) -> str:
-    return f"held by STRICT_FIFO behind job {blocking_job_id}, which cannot be placed yet"
+def held_by_strict_fifo_reason(state: WorkingState, job: Job, blocking_job_id: int) -> str:
+    blocking = labels_of_ids(state, [blocking_job_id], job)
+    return f"held by STRICT_FIFO behind {blocking}, which cannot be placed yet"
 
 
-def preempted_reason(state: WorkingState, preemption: Preemption) -> str:
+def preempted_reason(state: WorkingState, job: Job, preemption: Preemption) -> str:
     if preemption.kind == PreemptionKind.LIMIT_REDUCED:
         return "preempted in this pass because capacity was lowered (will be retried next pass)"
     share = state.shares[preemption.preemptor_share_id].name
-    return (
-        f"preempted in this pass by job {preemption.preemptor_job_id} of share {share} "
-        f"(will be retried next pass)"
-    )
+    preemptor = labels_of_ids(state, [preemption.preemptor_job_id], job)
+    return f"preempted in this pass by {preemptor} of share {share} (will be retried next pass)"
 
 
 def nominated_reason(state: WorkingState, job: Job, entry_index: int, stopping_ids: list[int]) -> str:
@@ -53,13 +52,13 @@ def nominated_reason(state: WorkingState, job: Job, entry_index: int, stopping_i
     entry = job.entries[entry_index]
     stopping = state.stopping_jobs.get(entry.instance_type, {})
     deadlines = [stopping[job_id].stop_deadline for job_id in stopping_ids if job_id in stopping]
-    jobs = ", ".join(str(job_id) for job_id in stopping_ids)
+    jobs = labels_of_ids(state, stopping_ids, job)
     # A job that began stopping in this pass has no deadline in the snapshot: the write side sets it.
     if deadlines and None not in deadlines:
         until = f"until {when(max(deadlines))}"
     else:
         until = "until they have stopped (at most the stop grace period)"
-    return f"waiting for {entry.instance_type} x{entry.instance_count} held by stopping jobs {jobs} {until}"
+    return f"waiting for {entry.instance_type} x{entry.instance_count} held by stopping {jobs} {until}"
 
 
 class PendingReasons:
@@ -67,7 +66,7 @@ class PendingReasons:
 
     def __init__(self, state: WorkingState):
         self.state = state
-        self._entries: dict[tuple[int, str, int, str | None, int | None], str] = {}
+        self._entries: dict[tuple[int, int | None, str, int, str | None, int | None], str] = {}
         self._type_details: dict[str, tuple[list[str], int]] = {}
 
     def why_entries_do_not_fit(self, job: Job) -> str:
@@ -79,7 +78,16 @@ class PendingReasons:
         known = self._entries
         reasons = []
         for entry in job.entries:
-            key = (job.share_id, entry.instance_type, entry.instance_count, entry.training_plan, priority)
+            # The team too: a text names its own team's jobs (a share's jobs are all of one team but for a
+            # share moved to another team while its jobs ran).
+            key = (
+                job.share_id,
+                job.team_id,
+                entry.instance_type,
+                entry.instance_count,
+                entry.training_plan,
+                priority,
+            )
             reason = known.get(key)
             if reason is None:
                 reason = known[key] = self.why_entry_does_not_fit(job, entry)
@@ -137,12 +145,12 @@ class PendingReasons:
         if not within_lendable_capacity(ledger, holding, in_use_or_reserved, holding.usage, usage_after):
             return (
                 self.capacity_reason(ledger, holding, usage_after)
-                + stopping_detail(state, ledger)
+                + stopping_detail(state, ledger, job)
                 + ", "
                 + self.why_preemption_cannot_help(job, entry)
             )
         if not fits_once_settled(state, holding, entry.instance_count):
-            return earmarked_reason(state, ledger)
+            return earmarked_reason(state, ledger, job)
         return "room was freed after this job's turn (it is placed next pass)"
 
     def capacity_reason(self, ledger: TypeLedger, holding: Holding, usage_after: int) -> str:
@@ -204,7 +212,7 @@ class PendingReasons:
                 victims = select_victims(state, job, entry)
         protected = [(victim, protected_until(state, victim)) for victim in victims or ()]
         return ", ".join(
-            f"would preempt job {victim.id} of share {state.shares[victim.share_id].name}, "
+            f"would preempt {job_label(victim, job)} of share {state.shares[victim.share_id].name}, "
             f"protected until {when(until)}"
             for victim, until in protected
             if until is not None
@@ -224,19 +232,20 @@ class PendingReasons:
         return details
 
 
-def stopping_detail(state: WorkingState, ledger: TypeLedger) -> str:
+def stopping_detail(state: WorkingState, ledger: TypeLedger, reader: Job) -> str:
     """Instances of the type still held by STOPPING jobs, named (empty when none)."""
     if not ledger.stopping:
         return ""
-    jobs = ", ".join(str(job_id) for job_id in sorted(state.stopping_jobs.get(ledger.instance_type, {})))
-    return f" ({ledger.stopping} held by stopping jobs {jobs})"
+    stopping = state.stopping_jobs.get(ledger.instance_type, {})
+    jobs = ", ".join(job_label(stopping[job_id], reader) for job_id in sorted(stopping))
+    return f" ({ledger.stopping} held by stopping {jobs})"
 
 
-def earmarked_reason(state: WorkingState, ledger: TypeLedger) -> str:
+def earmarked_reason(state: WorkingState, ledger: TypeLedger, reader: Job) -> str:
     """Room there is now, but nominated jobs will hold it once the STOPPING jobs are gone."""
     return (
         f"room held for nominated jobs: {ledger.earmarked} earmarked until stopping jobs are gone"
-        f"{stopping_detail(state, ledger)}"
+        f"{stopping_detail(state, ledger, reader)}"
     )
 
 

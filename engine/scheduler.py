@@ -161,7 +161,7 @@ class PassRun:
                 instance_count=entry.instance_count,
                 training_plan=entry.training_plan,
                 victim_ids=tuple(victim_ids),
-                message=messages.nomination_message(job, fit, victim_ids),
+                message=messages.nomination_message(state, job, fit, victim_ids),
             )
         )
 
@@ -276,7 +276,7 @@ class PassRun:
             share = state.shares[share_id]
             for position, job in enumerate(share_queue, start=1):
                 if job.id in victims:
-                    reason = preempted_reason(state, victims[job.id])
+                    reason = preempted_reason(state, job, victims[job.id])
                 elif job.id in self.waiting:
                     reason = nominated_reason(state, job, *self.waiting[job.id])
                 elif not state.snapshot.queue_enabled:
@@ -284,7 +284,7 @@ class PassRun:
                 elif not share.enabled:
                     reason = share_disabled_reason(share.name)
                 elif job.id in held_behind:
-                    reason = held_by_strict_fifo_reason(held_behind[job.id])
+                    reason = held_by_strict_fifo_reason(state, job, held_behind[job.id])
                 else:
                     reason = why_entries_do_not_fit(job)
                 pending.append(Pending(job.id, share_id, reason, position))

@@ -120,7 +120,8 @@ class Job:
     `submitted_at` orders the queue and survives preemption; `runnable_since` is when the job last became
     RUNNABLE and is what `max_pending_seconds` is measured from. `taken`: the executor has taken the job, so a
     stop is graceful (STOPPING until `stop_deadline`). `nomination`: set on a RUNNABLE job an earlier pass
-    preempted for, while its victims stop.
+    preempted for, while its victims stop. `name` and `team_id` serve the words only (`messages.job_label`): a
+    text about a job names the jobs of its own team and gives another team's jobs by number.
     """
 
     id: int
@@ -137,6 +138,8 @@ class Job:
     taken: bool = False
     stop_deadline: datetime | None = None
     nomination: Nomination | None = None
+    name: str = ""
+    team_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

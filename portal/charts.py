@@ -145,7 +145,9 @@ def usage_chart(
     Samples are downsampled to `buckets` columns (the last sample of each wins, so every column is one
     consistent moment), and runs of equal columns merge, so a week of samples stays a small path.
     """
-    plot_left, plot_bottom, top = 30, height - 18, 6
+    # Room for tick labels of up to 30 units: the narrower the chart is shown, the larger its labels are
+    # drawn, so that they stay 11 px on screen (`.usage-chart` in app.css).
+    plot_left, plot_bottom, top = 40, height - 38, 16
     plot_width, plot_height = width - plot_left - 4, plot_bottom - top
     samples = sorted(samples, key=lambda s: s.taken_at)
     values = _bucket_values(samples, start=start, end=end, buckets=buckets)

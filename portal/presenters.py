@@ -10,7 +10,8 @@ from typing import Any
 from scheduling.models import EventKind
 from scheduling.selectors.events import EventRow
 
-_JOB_ID = re.compile(r"\bjob (\d+)\b")
+# `job #45` as the engine writes another team's job (and `job 45`, as events written before it did).
+_JOB_ID = re.compile(r"\bjob #?(\d+)\b")
 
 
 def kind_words(kind: str) -> str:
@@ -22,14 +23,15 @@ def kind_words(kind: str) -> str:
 
 
 def event_text(event: EventRow) -> str:
-    """The event's text with the jobs it names by id named by name; a job of another team stays unnamed."""
+    """The event's text with the jobs it gives by number named, `nightly-retrain (#45)`, for a viewer who may see
+    them (staff); a job of another team stays unnamed."""
     refs = {ref.id: ref for ref in (event.job, event.other_job) if ref is not None}
 
     def name(match: re.Match) -> str:
         ref = refs.get(int(match.group(1)))
         if ref is None:
             return match.group(0)
-        return f"job {ref.name}" if ref.visible else "a job of another team"
+        return f"{ref.name} (#{ref.id})" if ref.visible else "a job of another team"
 
     return _JOB_ID.sub(name, event.text)
 

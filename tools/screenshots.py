@@ -247,9 +247,10 @@ def photograph(
 
     from scheduling.models import Job, QuotaShare
     from scheduling.passes import run as passes
+    from scheduling.services.estimates import queue_estimates_refresh
 
     out.mkdir(parents=True, exist_ok=True)
-    vision = QuotaShare.objects.get(name="vision")
+    vision = QuotaShare.objects.get(name="vision", job_queue__name="training")  # `local` has one too
     # Playwright's event loop makes this thread look async to Django; the passes below are plain sync calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     names: list[str] = []
@@ -258,8 +259,10 @@ def photograph(
         return not only or name in only
 
     def beat() -> None:
-        """What the beat would have done by now: the pages then show a pass seconds old, as in production."""
+        """What the beat would have done by now: the pages then show a pass seconds old, as in production, and
+        the estimate run that follows a pass, so pending jobs show their likely start."""
         passes.queue_pass_run(job_queue_id=vision.job_queue_id, trigger="screenshots")
+        queue_estimates_refresh(job_queue_id=vision.job_queue_id)
 
     def shoot(page, name: str, **options) -> None:
         page.screenshot(path=str(out / f"{name}.png"), full_page=True, **options)

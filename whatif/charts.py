@@ -16,6 +16,8 @@ from simulator.metrics import waits_of
 from simulator.runner import Replay
 
 CHART_SLICES = 240
+# Each chart twice: as a desktop shows it, and `<name>_narrow` for a phone, whose text stays readable there.
+NARROW_AND_WIDE = (("", False), ("_narrow", True))
 
 
 def mean_gpus_per_slice(
@@ -63,7 +65,8 @@ def active_span(
 
 
 def chart_svgs(replays: Sequence[Replay], *, credit: str = "") -> dict[str, str]:
-    """`utilization_<configuration>` for each replay and `waits` comparing them, as SVG text."""
+    """`utilization_<configuration>` for each replay and `waits` comparing them, as SVG text, each also as
+    `<name>_narrow`, drawn for a phone's width."""
     charts = {}
     # One time axis for every replay, so the current and proposed charts line up.
     spans = [active_span(r.result.meter.series, start=r.result.start, end=r.result.end) for r in replays]
@@ -72,13 +75,15 @@ def chart_svgs(replays: Sequence[Replay], *, credit: str = "") -> dict[str, str]
         result = replay.result
         config = result.configuration
         times, used = mean_gpus_per_slice(result.meter.series, start=start, end=end, slices=CHART_SLICES)
-        charts[f"utilization_{config.name}"] = utilization_svg(
-            title=f"GPUs in use per share - {config.name}",
-            times=times,
-            gpus_in_use={share.name: used[i] for i, share in enumerate(config.shares)},
-            capacity_gpus=config.capacity_gpus(),
-            credit=credit,
-        )
+        for suffix, narrow in NARROW_AND_WIDE:
+            charts[f"utilization_{config.name}{suffix}"] = utilization_svg(
+                title=f"GPUs in use per share - {config.name}",
+                times=times,
+                gpus_in_use={share.name: used[i] for i, share in enumerate(config.shares)},
+                capacity_gpus=config.capacity_gpus(),
+                credit=credit,
+                narrow=narrow,
+            )
     waits: dict[str, dict[str, list[float]]] = {"all jobs": {}}
     never: dict[str, dict[str, int]] = {"all jobs": {}}
     for replay in replays:
@@ -92,12 +97,14 @@ def chart_svgs(replays: Sequence[Replay], *, credit: str = "") -> dict[str, str]
         for item in replay.metrics["shares"]:
             waits.setdefault(item["share"], {})[name] = sorted(by_share.get(item["share"], []))
             never.setdefault(item["share"], {})[name] = item["jobs"]["never_started"]
-    charts["waits"] = waits_svg(
-        title="Wait for first placement, current and proposed",
-        waits=waits,
-        never_started=never,
-        credit=credit,
-    )
+    for suffix, narrow in NARROW_AND_WIDE:
+        charts[f"waits{suffix}"] = waits_svg(
+            title="Wait for first placement, current and proposed",
+            waits=waits,
+            never_started=never,
+            credit=credit,
+            narrow=narrow,
+        )
     for name, svg in charts.items():
         problem = svg_problem(svg)
         if problem:

@@ -95,11 +95,14 @@ def error_slot(name: str) -> str:
 
 @register.simple_tag
 def field_widget(field, quiet: bool = False):
-    """A field's input, described by its help and by its error slot (filled in place by htmx, so it is always
-    there), and `aria-invalid` only when its errors are shown (a `quiet` form shows none)."""
+    """A field's input, described by its help, and while its errors are shown (a `quiet` form shows none) marked
+    `aria-invalid` and described by its error slot too. The slot is always on the page: htmx refills it in place
+    as the form is checked, and `static/portal/app.js` moves both attributes with it."""
     described_by = [f"{field.auto_id}_helptext"] if field.help_text else []
-    described_by.append(error_slot(field.html_name))
-    html = field.as_widget(attrs={"aria-describedby": " ".join(described_by)})
+    if field.errors and not quiet:
+        described_by.append(error_slot(field.html_name))
+    attrs = {"aria-describedby": " ".join(described_by)} if described_by else {}
+    html = field.as_widget(attrs=attrs)
     return mark_safe(html.replace(' aria-invalid="true"', "")) if quiet else html
 
 

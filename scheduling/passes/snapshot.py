@@ -176,7 +176,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
     for row in job_rows:
         (
             job_id,
-            _name,
+            name,
             share_id,
             priority,
             created_at,
@@ -192,7 +192,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             _reason,
             _position,
             _borrowed,
-            _team_id,
+            team_id,
             _stopped_at,
             _retries,
             _attempt,
@@ -236,6 +236,8 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
                     if nominated_entry is not None and status is runnable
                     else None
                 ),
+                name=name,
+                team_id=team_id,
             )
         )
     snap = et.Snapshot(

@@ -226,13 +226,16 @@ def decisions_write(
             )
         )
 
-    def stop(job_id: int, *, status: str, reason: str, graceful: bool, why: str) -> None:
-        """Stop a placed job at once, or (graceful) ask its executor to: STOPPING until the deadline."""
+    def stop(job_id: int, *, status: str, reason: str, graceful: bool, why: str, words: str = "") -> None:
+        """Stop a placed job at once, or (graceful) ask its executor to: STOPPING until the deadline.
+
+        `why` goes into the status reason with its code; the event says `words` (`why` without the code)."""
         job = row(job_id)
         if graceful:
             deadline = stop_deadline(now=now, grace_seconds=grace)
             job.update(stopping_fields(outcome=status, reason=reason, why=why, deadline=deadline))
-            event(EventKind.STOPPING, job_id, f"{job['name']} stopping until {deadline:%H:%M:%S}: {why}")
+            said = words or why
+            event(EventKind.STOPPING, job_id, f"{job['name']} stopping until {deadline:%H:%M:%S}: {said}")
             return
         stopped[job_id] = reason
         job.update(released_fields(status=status, reason=reason, now=now))
@@ -284,6 +287,7 @@ def decisions_write(
             reason=reason,
             graceful=preemption.graceful,
             why=f"{code}: {preemption.message}",
+            words=preemption.message,
         )
 
     for timeout in decisions.timeouts:

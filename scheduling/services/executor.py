@@ -85,14 +85,14 @@ def job_report(
     environment = job.job_queue.service_environment if job.job_queue_id is not None else None
     if environment is not None and environment.executor != ServiceEnvironment.Executor.EXTERNAL:
         # Another executor's account must not end (or renew) jobs the simulated executor runs.
-        raise Conflict(f"job {job.pk} runs on environment {environment.name}, whose executor is simulated")
+        raise Conflict(f"{job} runs on environment {environment.name}, whose executor is simulated")
     if attempt is not None and attempt > job.attempt:
         raise Conflict(
-            f"attempt {attempt} of job {job.pk} was never handed out: its current attempt is {job.attempt}"
+            f"attempt {attempt} of {job} was never handed out: its current attempt is {job.attempt}"
         )
     if attempt is not None and attempt != job.attempt:
         raise Conflict(
-            f"attempt {attempt} of job {job.pk} is stale: its current attempt is {job.attempt}; "
+            f"attempt {attempt} of {job} is stale: its current attempt is {job.attempt}; "
             "stop that attempt's process if it still runs"
         )
     now = timezone.now()
@@ -102,9 +102,9 @@ def job_report(
             # moment before the executor's STOPPED arrived): keep what it says about the process, nothing moves.
             _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
             return job
-        raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
+        raise Conflict(f"{job} is {job.status}; it cannot move to {status}")
     if status not in REPORT_TRANSITIONS[job.status] and status != job.status:
-        raise Conflict(f"job {job.pk} is {job.status}; it cannot move to {status}")
+        raise Conflict(f"{job} is {job.status}; it cannot move to {status}")
     _lease_renew(job=job, environment=environment, now=now)
     _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
     if job.status == status or (job.status == JobStatus.STOPPING and status in PROGRESS_REPORTS):
@@ -196,6 +196,13 @@ def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser 
     pass_request(job_queue_id=job.job_queue_id, trigger="finish")
 
 
+_AFTER_STOPPING = {
+    JobStatus.RUNNABLE: "back in the queue (RUNNABLE)",
+    JobStatus.CANCELLED: "CANCELLED",
+    JobStatus.FAILED: "FAILED",
+}
+
+
 def job_stopped(*, job: Job, actor: AbstractBaseUser | None, now, how: str) -> None:
     """A STOPPING job has stopped: it becomes its stop outcome (RUNNABLE, CANCELLED or FAILED).
 
@@ -212,7 +219,7 @@ def job_stopped(*, job: Job, actor: AbstractBaseUser | None, now, how: str) -> N
         job=job,
         actor=actor,
         now=now,
-        message=f"{job.name} stopped ({how}): {job.status}",
+        message=f"{job.name} stopped ({how}): {_AFTER_STOPPING.get(job.status, job.status)}",
     )
     if job.status == JobStatus.FAILED:
         job_event_record(

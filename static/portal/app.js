@@ -13,3 +13,41 @@ document.addEventListener("visibilitychange", () => {
     document.querySelectorAll("[data-poll]").forEach((poller) => window.htmx.trigger(poller, "poll-now"));
   }
 });
+
+// The submit form is checked as it is filled: htmx refills each field's error slot (`errors-<name>`) out of band
+// and never replaces an input. The input follows its slot: `aria-invalid` and a description by the slot while
+// the slot holds errors, neither once it is empty again.
+function followErrorSlot(slot) {
+  const name = slot.id.slice("errors-".length);
+  const form = slot.closest("form");
+  const control = form && form.querySelector(`[name="${CSS.escape(name)}"]`);
+  if (!control) {
+    return;
+  }
+  const invalid = slot.querySelector("li") !== null;
+  const described = (control.getAttribute("aria-describedby") || "").split(" ").filter((id) => id && id !== slot.id);
+  if (invalid) {
+    described.push(slot.id);
+    control.setAttribute("aria-invalid", "true");
+  } else {
+    control.removeAttribute("aria-invalid");
+  }
+  if (described.length) {
+    control.setAttribute("aria-describedby", described.join(" "));
+  } else {
+    control.removeAttribute("aria-describedby");
+  }
+  const field = control.closest(".field");
+  if (field) {
+    field.classList.toggle("has-errors", invalid);
+  }
+}
+
+document.addEventListener("htmx:oobAfterSwap", (event) => {
+  // An out-of-band outerHTML swap replaces the slot: find the one now on the page by its id.
+  const id = event.detail.target && event.detail.target.id;
+  const slot = id && id.startsWith("errors-") ? document.getElementById(id) : null;
+  if (slot) {
+    followErrorSlot(slot);
+  }
+});

@@ -455,7 +455,7 @@ def test_an_illegal_transition_is_409(world, client_for):
     response = client_for(world.executor).post(f"{JOBS}{job.pk}/report/", {"status": "RUNNING"})
 
     assert response.status_code == 409
-    assert response.json() == {"detail": f"job {job.pk} is RUNNABLE; it cannot move to RUNNING"}
+    assert response.json() == {"detail": f"{job.name} (#{job.pk}) is RUNNABLE; it cannot move to RUNNING"}
 
 
 def test_an_unknown_reported_status_is_a_400_naming_status(world, client_for):

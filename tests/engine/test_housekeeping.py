@@ -111,7 +111,7 @@ def test_lowered_capacity_stops_over_limit_jobs_in_victim_order_then_puts_back_t
     assert {p.kind for p in decisions.preemptions} == {PreemptionKind.LIMIT_REDUCED}
     assert {p.preemptor_job_id for p in decisions.preemptions} == {None}
     assert decisions.preemptions[0].message == (
-        f"job 101 of share vision preempted to give back 4 {P5}: capacity lowered to 8 with 12 in use "
+        f"job #101 of share vision preempted to give back 4 {P5}: capacity lowered to 8 with 12 in use "
         f"(vision at 8/4)"
     )
     assert (
@@ -213,7 +213,7 @@ def test_a_plan_holding_more_than_its_instance_count_gives_back_its_newest_jobs(
     assert preempted(decisions) == [102]
     assert decisions.preemptions[0].kind == PreemptionKind.LIMIT_REDUCED
     assert decisions.preemptions[0].message == (
-        f"job 102 of share nlp preempted to give back 2 {P5} of training plan dec-p5, which holds 6 of the 4 "
+        f"job #102 of share nlp preempted to give back 2 {P5} of training plan dec-p5, which holds 6 of the 4 "
         f"it may use now"
     )
 

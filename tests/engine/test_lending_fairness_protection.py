@@ -108,7 +108,7 @@ def test_a_protected_job_is_no_reclaim_victim():
     until = (NOW + timedelta(minutes=5)).isoformat(timespec="seconds")
     assert reason_of(decisions, 3) == (
         f"{P5} x4: environment full 8/8 (4 borrowed by vision), waits for protection from early preemption "
-        f"to end: would preempt job 2 of share vision, protected until {until}"
+        f"to end: would preempt job #2 of share vision, protected until {until}"
     )
 
 
@@ -146,7 +146,7 @@ def test_a_protected_job_is_no_in_share_victim():
     decisions = schedule(snapshot({P5: 4}, [nlp], jobs, preemption_min_runtime_seconds=300))
 
     assert preempted(decisions) == []
-    assert "would preempt job 1 of share nlp, protected until" in reason_of(decisions, 2)
+    assert "would preempt job #1 of share nlp, protected until" in reason_of(decisions, 2)
 
 
 def test_a_lowered_capacity_stops_protected_jobs_all_the_same():

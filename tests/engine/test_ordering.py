@@ -114,8 +114,8 @@ def test_strict_fifo_holds_a_share_behind_a_job_that_cannot_be_placed():
 
     assert admitted(decisions) == {4: (P5, 2, None)}
     assert reason_of(decisions, 1).startswith(f"{P5} x8: share nlp has 4 left of its limit")
-    assert reason_of(decisions, 2) == "held by STRICT_FIFO behind job 1, which cannot be placed yet"
-    assert reason_of(decisions, 3) == "held by STRICT_FIFO behind job 1, which cannot be placed yet"
+    assert reason_of(decisions, 2) == "held by STRICT_FIFO behind job #1, which cannot be placed yet"
+    assert reason_of(decisions, 3) == "held by STRICT_FIFO behind job #1, which cannot be placed yet"
     assert [(p.job_id, p.queue_position) for p in decisions.pending] == [(1, 1), (2, 2), (3, 3)]
     # The held jobs were never looked at.
     assert decisions.stats.jobs_considered == 2

@@ -148,7 +148,7 @@ def test_a_preempted_job_is_pending_with_its_place_in_the_queue_and_says_why():
     assert [(p.job_id, p.queue_position) for p in decisions.pending] == [(101, 1), (2, 2)]
     assert (
         reason_of(decisions, 101)
-        == "preempted in this pass by job 1 of share nlp (will be retried next pass)"
+        == "preempted in this pass by job #1 of share nlp (will be retried next pass)"
     )
     # Next pass, the reason is about capacity again.
     after = schedule(apply_decisions(snapshot({P5: 4}, [nlp], jobs), decisions))

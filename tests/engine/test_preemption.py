@@ -42,12 +42,12 @@ def test_reclaim_preempts_only_borrowers_whatever_their_priority():
     assert (preemption.preemptor_job_id, preemption.preemptor_share_id) == (1, nlp.id)
     assert (preemption.instance_type, preemption.instances, preemption.fails) == (P5, 4, False)
     assert preemption.message == (
-        f"job 101 of share vision preempted by job 1 of share nlp to reclaim 4 {P5} lent by nlp and borrowed "
+        f"job #101 of share vision preempted by job #1 of share nlp to reclaim 4 {P5} lent by nlp and borrowed "
         f"by vision (vision at 8/4)"
     )
     assert (
         decisions.admissions[0].message
-        == f"placed on {P5} x4 (entry 1 of 1) within share quota after preempting job 101"
+        == f"placed on {P5} x4 (entry 1 of 1) within share quota after preempting job #101"
     )
     assert decisions.stats.preemptions == {
         "PREEMPTED_RECLAIM": 1,
@@ -110,7 +110,7 @@ def test_in_share_preemption_takes_only_jobs_of_strictly_lower_priority():
         1,
     )
     assert preemption.message == (
-        f"job 702 (priority 3) preempted by job 1 (priority 5) of share nlp: in-share preemption frees 4 {P5}"
+        f"job #702 at priority 3 preempted by job #1 at priority 5 of share nlp: in-share preemption frees 4 {P5}"
     )
 
 
@@ -284,7 +284,7 @@ def test_a_victim_is_not_placed_again_in_the_same_pass():
     assert preempted(decisions) == [101]
     assert (
         reason_of(decisions, 101)
-        == "preempted in this pass by job 1 of share nlp (will be retried next pass)"
+        == "preempted in this pass by job #1 of share nlp (will be retried next pass)"
     )
 
 

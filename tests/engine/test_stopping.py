@@ -66,7 +66,7 @@ def test_a_taken_victim_goes_stopping_and_its_preemptor_is_nominated_not_placed(
     [nomination] = decisions.nominations
     assert (nomination.job_id, nomination.entry_index, nomination.victim_ids) == (10, 0, (2,))
     assert (nomination.instance_type, nomination.instance_count) == (P5, 4)
-    assert reason_of(decisions, 10).startswith(f"waiting for {P5} x4 held by stopping jobs 2 until")
+    assert reason_of(decisions, 10).startswith(f"waiting for {P5} x4 held by stopping job #2 until")
     # The victim is STOPPING, not RUNNABLE: it has no pending reason.
     assert [p.job_id for p in decisions.pending] == [10]
     after = apply_decisions(snap, decisions)
@@ -180,10 +180,10 @@ def test_another_head_that_would_fit_in_the_earmarked_instances_waits_with_a_rea
     assert decisions.preemptions == []
     assert reason_of(decisions, 30) == (
         f"{P5} x4: room held for nominated jobs: 6 earmarked until stopping jobs are gone (4 held by "
-        f"stopping jobs 1)"
+        f"stopping job #1)"
     )
     deadline = (NOW + timedelta(seconds=90)).isoformat(timespec="seconds")
-    assert reason_of(decisions, 10) == f"waiting for {P5} x6 held by stopping jobs 1 until {deadline}"
+    assert reason_of(decisions, 10) == f"waiting for {P5} x6 held by stopping job #1 until {deadline}"
     assert decisions.lapsed_nominations == []
 
 
@@ -215,7 +215,7 @@ def test_no_second_preemption_on_behalf_of_a_nominated_job():
     decisions = schedule(snap)
 
     assert decisions.preemptions == [] and decisions.nominations == [] and admitted(decisions) == {}
-    assert reason_of(decisions, 10).startswith(f"waiting for {P5} x4 held by stopping jobs 1 until")
+    assert reason_of(decisions, 10).startswith(f"waiting for {P5} x4 held by stopping job #1 until")
 
 
 def test_a_nominated_job_that_fits_elsewhere_while_its_victims_stop_is_placed_there():

@@ -53,14 +53,14 @@ def test_usage_chart_stacks_owned_then_lent_then_borrowed_and_draws_the_limit():
         Sample(START, limit=4, usage=2, lent=2),  # half used, half lent out
         Sample(START + HOUR / 2, limit=4, usage=6, borrowed=2),  # over its limit by two
     ]
-    chart = usage_chart(samples, start=START, end=START + HOUR, width=130, height=118, buckets=100)
+    chart = usage_chart(samples, start=START, end=START + HOUR, width=140, height=148, buckets=100)
     assert chart.y_max == 10 and chart.latest == {"owned": 4, "lent": 0, "borrowed": 2, "limit": 4}
-    # Plot: x from 30 to 126 (96 wide); y from 100 (0) to 6 (10): 9.4 per instance.
+    # Plot: x from 40 to 136 (96 wide); y from 110 (0) to 16 (10): 9.4 per instance.
     owned, lent, borrowed = (boxes(chart.areas[name]) for name in ("owned", "lent", "borrowed"))
-    assert owned == [(30.0, 100.0, 78.0, 81.2), (78.0, 100.0, 126.0, 62.4)]
-    assert lent == [(30.0, 81.2, 78.0, 62.4)]  # on top of owned, only while lent
-    assert borrowed == [(78.0, 62.4, 126.0, 43.6)]  # above the limit, only while borrowing
-    assert chart.limit_path == "M30.0,62.4H126.0"
+    assert owned == [(40.0, 110.0, 88.0, 91.2), (88.0, 110.0, 136.0, 72.4)]
+    assert lent == [(40.0, 91.2, 88.0, 72.4)]  # on top of owned, only while lent
+    assert borrowed == [(88.0, 72.4, 136.0, 53.6)]  # above the limit, only while borrowing
+    assert chart.limit_path == "M40.0,72.4H136.0"
 
 
 def test_usage_chart_carries_each_sample_forward_and_merges_equal_columns():
@@ -82,9 +82,9 @@ def test_usage_chart_starts_at_the_first_sample_and_ignores_samples_outside_the_
         Sample(START + HOUR / 2, limit=4, usage=1),
         Sample(START + 2 * HOUR, limit=9, usage=9),
     ]
-    chart = usage_chart(samples, start=START, end=START + HOUR, width=130, height=118, buckets=100)
+    chart = usage_chart(samples, start=START, end=START + HOUR, width=140, height=148, buckets=100)
     # The sample before the window carries in; the one after it is ignored.
     (before, after) = boxes(chart.areas["owned"])
-    assert before[0] == 30.0 and after[2] == 126.0
+    assert before[0] == 40.0 and after[2] == 136.0
     assert chart.latest == {"owned": 1, "lent": 0, "borrowed": 0, "limit": 4}
     assert chart.latest_at == START + HOUR / 2

@@ -51,7 +51,7 @@ def test_a_member_sees_their_teams_events_and_configuration_changes_only(world, 
     job_in(world.nlp, [(P5, 1)], name="nlp-job")
     borrower = job_in(world.vision, [(P4, 12)], name="vision-borrower")
     world.run_pass()
-    job_in(world.speech, [(P4, 3)], name="speech-reclaims")
+    reclaimer = job_in(world.speech, [(P4, 3)], name="speech-reclaims")
     world.run_pass()
     Event.objects.create(kind=EventKind.CONFIG_CHANGED, message="admin changed queue training")
     html = client_for(world.ana).get(reverse("event_log")).content.decode()
@@ -62,6 +62,12 @@ def test_a_member_sees_their_teams_events_and_configuration_changes_only(world, 
     chen = client_for(world.chen).get(reverse("event_log")).content.decode()
     assert "vision-borrower" in chen and "speech-reclaims" not in chen
     assert "of share speech to reclaim" in chen  # why its job stopped, in the engine's words (ids, no names)
+    assert f"vision-borrower (#{borrower.pk}) of share vision preempted by a job of another team" in chen
+    admin = client_for(world.admin).get(reverse("event_log")).content.decode()
+    assert (
+        f"vision-borrower (#{borrower.pk}) of share vision preempted by speech-reclaims (#{reclaimer.pk}) "
+        "of share speech to reclaim"
+    ) in admin
 
 
 def test_event_log_keeps_its_query_budget(world, client_for, django_assert_max_num_queries):

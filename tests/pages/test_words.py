@@ -3,6 +3,8 @@ tooltip, jobs by name, codes spelt one way, and the admin's names of things in p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.contrib import admin
 from django.urls import reverse
 
@@ -62,11 +64,19 @@ def test_events_name_jobs_by_name_and_hide_other_teams_jobs():
         instance_type=P4,
         instances=2,
         actor=None,
-        text="job 42 of share vision preempted by job 45 of share speech",
+        text="vision-train (#42) of share vision preempted by job #45 of share speech",
     )
     assert (
         event_text(row)
-        == "job vision-train of share vision preempted by a job of another team of share speech"
+        == "vision-train (#42) of share vision preempted by a job of another team of share speech"
+    )
+    seen_by_staff = replace(row, other_job=JobRef(id=45, name="speech-eval", share_name="speech"))
+    assert event_text(seen_by_staff) == (
+        "vision-train (#42) of share vision preempted by speech-eval (#45) of share speech"
+    )
+    written_before_names = replace(row, text="job 42 of share vision preempted by job 45 of share speech")
+    assert event_text(written_before_names) == (
+        "vision-train (#42) of share vision preempted by a job of another team of share speech"
     )
     assert kind_words("PREEMPTED_RECLAIM") == "preempted by a reclaim"
 

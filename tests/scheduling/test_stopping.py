@@ -139,6 +139,10 @@ def test_a_graceful_victim_is_stopping_holds_its_placement_and_its_preemptor_is_
     assert JobAttempt.objects.get(job=borrowing).stopped_at is None  # the attempt runs until it has stopped
     kinds = set(borrowing.events.values_list("kind", flat=True))
     assert {EventKind.PREEMPTED_RECLAIM, EventKind.STOPPING} <= kinds
+    # The status reason keeps its code for programs; the event says it in words.
+    assert "PREEMPTED_RECLAIM: " in borrowing.status_reason
+    stopping = borrowing.events.get(kind=EventKind.STOPPING).message
+    assert stopping.startswith("big stopping until ") and "PREEMPTED" not in stopping
     assert (claimant.status, claimant.nominated_entry, claimant.nominated_victims) == (
         JobStatus.RUNNABLE,
         0,
@@ -178,7 +182,9 @@ def test_stopped_report_returns_the_victim_to_its_queue_and_the_next_pass_places
     attempt = JobAttempt.objects.get(job=job)
     assert attempt.stopped_at is not None and (attempt.exit_code, attempt.output_tail) == (143, "saved\n")
     assert attempt.status_reason.startswith("PREEMPTED_RECLAIM: ")
-    assert Event.objects.filter(job=job, kind=EventKind.STOPPED).count() == 1
+    assert Event.objects.get(job=job, kind=EventKind.STOPPED).message.endswith(
+        ": back in the queue (RUNNABLE)"
+    )
     # Repeating STOPPED is harmless.
     again = executor_services.job_report(job_id=job.pk, attempt=job.attempt, status="STOPPED")
     assert again.status == JobStatus.RUNNABLE
