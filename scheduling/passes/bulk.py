@@ -21,13 +21,26 @@ _staging_names = itertools.count()
 _PLAIN = frozenset((int, str, float, bool))
 
 
-def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, dict]) -> None:
-    """UPDATE many rows by id with per-row values, in a fixed number of statements on PostgreSQL.
+# At most this many rows, a PostgreSQL UPDATE carries its values in the statement (one round trip); more go
+# through COPY into a temporary table, which costs four statements (create, copy, analyze, drop) whatever the rows.
+SMALL_UPDATE_ROWS = 200
+
+
+def rows_update(
+    *,
+    model: type[Model],
+    fields: tuple[str, ...],
+    rows: dict[int, dict],
+    key: str = "id",
+    where_null: str | None = None,
+) -> None:
+    """UPDATE many rows with per-row values, matched on `key` (a column: the id, or e.g. a job's id), in a fixed
+    number of statements; `where_null` names a column that must be NULL for a row to change.
 
     A pass may rewrite thousands of pending reasons. Django's bulk_update builds one CASE per field whose
-    cost grows with the square of the batch, so on PostgreSQL the values are streamed with COPY into a
-    temporary table and applied with one UPDATE ... FROM; elsewhere one parameterised UPDATE per row runs
-    through executemany.
+    cost grows with the square of the batch, so on PostgreSQL up to SMALL_UPDATE_ROWS rows go in one
+    `UPDATE ... FROM (VALUES ...)` and more are streamed with COPY into a temporary table and applied with one
+    UPDATE ... FROM; elsewhere one parameterised UPDATE per row runs through executemany.
     """
     if not rows:
         return
@@ -36,27 +49,53 @@ def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, 
     ids = sorted(rows)
     if connection.vendor == "postgresql":
         columns = {f.column: f for f in model._meta.concrete_fields}
-        staging = qn(f"qp_update_{model._meta.model_name}_{next(_staging_names)}")
-        definition = ", ".join(["id bigint", *(f"{qn(n)} {columns[n].db_type(connection)}" for n in fields)])
+        json_fields = {name for name in fields if isinstance(columns[name], JSONField)}
+        assignments = ", ".join(f"{qn(name)} = v.{qn(name)}" for name in fields)
+        condition = f"t.{qn(key)} = v.id" + (f" AND t.{qn(where_null)} IS NULL" if where_null else "")
         with connection.cursor() as cursor:
+            if len(ids) <= SMALL_UPDATE_ROWS:
+                # Every placeholder cast: a VALUES list takes its column types from its values, not the table.
+                casts = ["%s::bigint", *(f"%s::{columns[name].db_type(connection)}" for name in fields)]
+                line = f"({', '.join(casts)})"
+                params = []
+                for row_id in ids:
+                    values = rows[row_id]
+                    params.append(row_id)
+                    params.extend(
+                        json.dumps(values[name])
+                        if name in json_fields and values[name] is not None
+                        else values[name]
+                        for name in fields
+                    )
+                names = ", ".join(["id", *(qn(name) for name in fields)])
+                cursor.execute(
+                    f"UPDATE {table} AS t SET {assignments} "
+                    f"FROM (VALUES {', '.join([line] * len(ids))}) AS v ({names}) WHERE {condition}",
+                    params,
+                )
+                return
+            staging = qn(f"qp_update_{model._meta.model_name}_{next(_staging_names)}")
+            definition = ", ".join(
+                ["id bigint", *(f"{qn(n)} {columns[n].db_type(connection)}" for n in fields)]
+            )
             cursor.execute(f"CREATE TEMPORARY TABLE {staging} ({definition}) ON COMMIT DROP")
             copy_rows(
                 cursor,
                 staging,
                 ("id", *fields),
                 ([row_id, *[rows[row_id][name] for name in fields]] for row_id in ids),
-                json_at=[i + 1 for i, name in enumerate(fields) if isinstance(columns[name], JSONField)],
+                json_at=[i + 1 for i, name in enumerate(fields) if name in json_fields],
             )
             cursor.execute(f"ANALYZE {staging}")  # a temporary table has no statistics until asked
-            assignments = ", ".join(f"{qn(name)} = v.{qn(name)}" for name in fields)
-            cursor.execute(f"UPDATE {table} AS t SET {assignments} FROM {staging} AS v WHERE t.id = v.id")
+            cursor.execute(f"UPDATE {table} AS t SET {assignments} FROM {staging} AS v WHERE {condition}")
             cursor.execute(f"DROP TABLE {staging}")
         return
     assignments = ", ".join(f"{qn(name)} = %s" for name in fields)
+    condition = f"{qn(key)} = %s" + (f" AND {qn(where_null)} IS NULL" if where_null else "")
     value = _driver_values()
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"UPDATE {table} SET {assignments} WHERE id = %s",
+            f"UPDATE {table} SET {assignments} WHERE {condition}",
             [[*(value(rows[row_id][name]) for name in fields), row_id] for row_id in ids],
         )
 
