@@ -15,10 +15,9 @@ import time
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import JSONField, Model
+from django.db.models import DateTimeField, JSONField, Model
 
 _staging_names = itertools.count()
-_PLAIN = frozenset((int, str, float, bool))
 
 
 # At most this many rows, a PostgreSQL UPDATE carries its values in the statement (one round trip); more go
@@ -92,12 +91,13 @@ def rows_update(
         return
     assignments = ", ".join(f"{qn(name)} = %s" for name in fields)
     condition = f"{qn(key)} = %s" + (f" AND {qn(where_null)} IS NULL" if where_null else "")
-    value = _driver_values()
+    fields_by_column = {f.column: f for f in model._meta.concrete_fields}
+    values = _driver_rows(
+        [fields_by_column[name] for name in fields],
+        ([*(rows[row_id][name] for name in fields), row_id] for row_id in ids),
+    )
     with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {table} SET {assignments} WHERE {condition}",
-            [[*(value(rows[row_id][name]) for name in fields), row_id] for row_id in ids],
-        )
+        cursor.executemany(f"UPDATE {table} SET {assignments} WHERE {condition}", values)
 
 
 def rows_delete(model: type[Model], ids: list[int]) -> None:
@@ -136,15 +136,9 @@ def rows_insert(model: type[Model], rows: list[dict]) -> None:
             )
             return
         # bulk_create would split the rows into batches of 999 values and build a model instance per row.
-        json_at = [i for i, f in enumerate(concrete) if isinstance(f, JSONField)]
-        value = _driver_values()
-        values = []
-        for row in rows:
-            line = [value(row.get(name, default)) for name, default in defaults]
-            for i in json_at:
-                if line[i] is not None:
-                    line[i] = json.dumps(line[i])
-            values.append(line)
+        values = _driver_rows(
+            concrete, ([row.get(name, default) for name, default in defaults] for row in rows)
+        )
         cursor.executemany(
             f"INSERT INTO {table} ({', '.join(qn(f.column) for f in concrete)}) "
             f"VALUES ({', '.join(['%s'] * len(concrete))})",
@@ -171,25 +165,31 @@ def copy_rows(cursor, table: str, columns: tuple[str, ...], rows, *, json_at: li
         connection.queries_log.append({"sql": sql, "time": f"{time.perf_counter() - started:.3f}"})
 
 
-def _driver_values():
-    """A converter of values to what the driver takes, outside PostgreSQL: plain strings (a TextChoices member
-    is a str subclass), datetimes as the backend stores them, each distinct datetime adapted once (most of a
-    pass's are its `now`)."""
+def _driver_rows(fields: list, lines) -> list[list]:
+    """Lines of values (lists, one value per field of `fields`, any further values passed as they are) as the
+    driver takes them outside PostgreSQL, converted column by column: a JSONField's value serialized as Django
+    would store it, datetimes as the backend stores them (each distinct one adapted once: most of a pass's are
+    its `now`); any other value goes as it is (a TextChoices member is a str to the driver)."""
     adapt = connection.ops.adapt_datetimefield_value
     adapted: dict[datetime, object] = {}
 
-    def value(item):
-        if item is None or type(item) in _PLAIN:
-            return item
-        if isinstance(item, list | dict):
-            return json.dumps(item)  # a JSONField's value, as Django would store it
-        if isinstance(item, str):
-            return str(item)
-        if isinstance(item, datetime):
-            found = adapted.get(item)
-            if found is None:
-                found = adapted[item] = adapt(item)
-            return found
-        return item
+    def moment(item):
+        found = adapted.get(item)
+        if found is None:
+            found = adapted[item] = adapt(item)
+        return found
 
-    return value
+    columns = []
+    for i, field in enumerate(fields):
+        if isinstance(field, JSONField):
+            columns.append((i, json.dumps))
+        elif isinstance(field, DateTimeField):
+            columns.append((i, moment))
+    values = []
+    for line in lines:
+        for i, convert in columns:
+            item = line[i]
+            if item is not None:
+                line[i] = convert(item)
+        values.append(line)
+    return values

@@ -99,3 +99,17 @@ def test_rows_update_by_job_closes_only_open_attempts(jobs, monkeypatch, small_r
     assert (closed.stopped_at, closed.status_reason) == (before, "")
     assert (open_first.stopped_at, open_first.status_reason) == (now, "stopped j0")
     assert open_other.stopped_at is None
+
+
+def test_rows_insert_stores_json_and_datetimes_as_the_orm_reads_them(jobs):
+    from scheduling.models import Event, EventKind
+
+    now = timezone.now()
+    job = jobs[0]
+    base = dict(kind=str(EventKind.ADMITTED), job_id=job.pk, team_id=job.team_id, created_at=now)
+    bulk.rows_insert(
+        Event, [dict(base, message="with data", data={"victims": [1, 2]}), dict(base, message="bare")]
+    )
+    stored = dict(Event.objects.filter(job=job).values_list("message", "data"))
+    assert stored == {"with data": {"victims": [1, 2]}, "bare": {}}
+    assert set(Event.objects.filter(job=job).values_list("created_at", flat=True)) == {now}

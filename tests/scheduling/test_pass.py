@@ -23,6 +23,7 @@ from scheduling.models import (
 )
 from scheduling.passes import bulk
 from scheduling.passes import run as passes
+from scheduling.passes.snapshot import JOB_COLUMNS
 from scheduling.services import executor as executor_services
 from scheduling.services import history
 from scheduling.services import jobs as job_services
@@ -329,3 +330,20 @@ def test_the_garbage_collector_resumes_after_a_failed_pass(queue, monkeypatch):
         run_pass(queue)
 
     assert gc.isenabled()
+
+
+def test_the_snapshot_reads_jobs_as_the_queryset_would(queue):
+    from scheduling.passes.snapshot import snapshot_querysets, values_rows
+
+    nlp = share_with(queue, "nlp", {P5: 2})
+    for i in range(4):
+        job_in(nlp, [(P5, 1)], name=f"j{i}")
+    run_pass(queue)  # two placed (scheduled_at, attempts), two waiting with reasons and positions
+    Job.objects.filter(job_queue=queue, status=JobStatus.RUNNABLE).update(
+        nominated_entry=0, nominated_victims=[3]
+    )
+    jobs = snapshot_querysets(job_queue=queue)["jobs"]
+    rows = values_rows(jobs)
+    assert rows == list(jobs) and len(rows) == 4
+    assert {type(row[JOB_COLUMNS.index("created_at")]) for row in rows} == {type(timezone.now())}
+    assert rows[0][JOB_COLUMNS.index("created_at")].tzinfo is not None
