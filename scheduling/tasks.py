@@ -21,7 +21,7 @@ logger = logging.getLogger("quotaportal.scheduling")
 # Redis keeps a list per priority step (0 first, 9 last) and a worker takes from the first that holds a
 # message: a pass (priority 0, the default) never waits behind estimates, which cost more than a small pass and
 # follow every pass that placed someone. Behind 1,000 queues' estimates, 100 dirty queues waited 30-44 s for
-# their passes; first in line, 7.2 s (`tools.bench_queues`). Brokers without priorities ignore it.
+# their passes; first in line, 7.2-8.3 s (`tools.bench_queues`). Brokers without priorities ignore it.
 ESTIMATE_PRIORITY = 9
 
 
