@@ -15,19 +15,31 @@ import time
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import JSONField, Model
+from django.db.models import DateTimeField, JSONField, Model
 
 _staging_names = itertools.count()
-_PLAIN = frozenset((int, str, float, bool))
 
 
-def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, dict]) -> None:
-    """UPDATE many rows by id with per-row values, in a fixed number of statements on PostgreSQL.
+# At most this many rows, a PostgreSQL UPDATE carries its values in the statement (one round trip); more go
+# through COPY into a temporary table, which costs four statements (create, copy, analyze, drop) whatever the rows.
+SMALL_UPDATE_ROWS = 200
+
+
+def rows_update(
+    *,
+    model: type[Model],
+    fields: tuple[str, ...],
+    rows: dict[int, dict],
+    key: str = "id",
+    where_null: str | None = None,
+) -> None:
+    """UPDATE many rows with per-row values, matched on `key` (a column: the id, or e.g. a job's id), in a fixed
+    number of statements; `where_null` names a column that must be NULL for a row to change.
 
     A pass may rewrite thousands of pending reasons. Django's bulk_update builds one CASE per field whose
-    cost grows with the square of the batch, so on PostgreSQL the values are streamed with COPY into a
-    temporary table and applied with one UPDATE ... FROM; elsewhere one parameterised UPDATE per row runs
-    through executemany.
+    cost grows with the square of the batch, so on PostgreSQL up to SMALL_UPDATE_ROWS rows go in one
+    `UPDATE ... FROM (VALUES ...)` and more are streamed with COPY into a temporary table and applied with one
+    UPDATE ... FROM; elsewhere one parameterised UPDATE per row runs through executemany.
     """
     if not rows:
         return
@@ -36,29 +48,56 @@ def rows_update(*, model: type[Model], fields: tuple[str, ...], rows: dict[int, 
     ids = sorted(rows)
     if connection.vendor == "postgresql":
         columns = {f.column: f for f in model._meta.concrete_fields}
-        staging = qn(f"qp_update_{model._meta.model_name}_{next(_staging_names)}")
-        definition = ", ".join(["id bigint", *(f"{qn(n)} {columns[n].db_type(connection)}" for n in fields)])
+        json_fields = {name for name in fields if isinstance(columns[name], JSONField)}
+        assignments = ", ".join(f"{qn(name)} = v.{qn(name)}" for name in fields)
+        condition = f"t.{qn(key)} = v.id" + (f" AND t.{qn(where_null)} IS NULL" if where_null else "")
         with connection.cursor() as cursor:
+            if len(ids) <= SMALL_UPDATE_ROWS:
+                # Every placeholder cast: a VALUES list takes its column types from its values, not the table.
+                casts = ["%s::bigint", *(f"%s::{columns[name].db_type(connection)}" for name in fields)]
+                line = f"({', '.join(casts)})"
+                params = []
+                for row_id in ids:
+                    values = rows[row_id]
+                    params.append(row_id)
+                    params.extend(
+                        json.dumps(values[name])
+                        if name in json_fields and values[name] is not None
+                        else values[name]
+                        for name in fields
+                    )
+                names = ", ".join(["id", *(qn(name) for name in fields)])
+                cursor.execute(
+                    f"UPDATE {table} AS t SET {assignments} "
+                    f"FROM (VALUES {', '.join([line] * len(ids))}) AS v ({names}) WHERE {condition}",
+                    params,
+                )
+                return
+            staging = qn(f"qp_update_{model._meta.model_name}_{next(_staging_names)}")
+            definition = ", ".join(
+                ["id bigint", *(f"{qn(n)} {columns[n].db_type(connection)}" for n in fields)]
+            )
             cursor.execute(f"CREATE TEMPORARY TABLE {staging} ({definition}) ON COMMIT DROP")
             copy_rows(
                 cursor,
                 staging,
                 ("id", *fields),
                 ([row_id, *[rows[row_id][name] for name in fields]] for row_id in ids),
-                json_at=[i + 1 for i, name in enumerate(fields) if isinstance(columns[name], JSONField)],
+                json_at=[i + 1 for i, name in enumerate(fields) if name in json_fields],
             )
             cursor.execute(f"ANALYZE {staging}")  # a temporary table has no statistics until asked
-            assignments = ", ".join(f"{qn(name)} = v.{qn(name)}" for name in fields)
-            cursor.execute(f"UPDATE {table} AS t SET {assignments} FROM {staging} AS v WHERE t.id = v.id")
+            cursor.execute(f"UPDATE {table} AS t SET {assignments} FROM {staging} AS v WHERE {condition}")
             cursor.execute(f"DROP TABLE {staging}")
         return
     assignments = ", ".join(f"{qn(name)} = %s" for name in fields)
-    value = _driver_values()
+    condition = f"{qn(key)} = %s" + (f" AND {qn(where_null)} IS NULL" if where_null else "")
+    fields_by_column = {f.column: f for f in model._meta.concrete_fields}
+    values = _driver_rows(
+        [fields_by_column[name] for name in fields],
+        ([*(rows[row_id][name] for name in fields), row_id] for row_id in ids),
+    )
     with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {table} SET {assignments} WHERE id = %s",
-            [[*(value(rows[row_id][name]) for name in fields), row_id] for row_id in ids],
-        )
+        cursor.executemany(f"UPDATE {table} SET {assignments} WHERE {condition}", values)
 
 
 def rows_delete(model: type[Model], ids: list[int]) -> None:
@@ -97,15 +136,9 @@ def rows_insert(model: type[Model], rows: list[dict]) -> None:
             )
             return
         # bulk_create would split the rows into batches of 999 values and build a model instance per row.
-        json_at = [i for i, f in enumerate(concrete) if isinstance(f, JSONField)]
-        value = _driver_values()
-        values = []
-        for row in rows:
-            line = [value(row.get(name, default)) for name, default in defaults]
-            for i in json_at:
-                if line[i] is not None:
-                    line[i] = json.dumps(line[i])
-            values.append(line)
+        values = _driver_rows(
+            concrete, ([row.get(name, default) for name, default in defaults] for row in rows)
+        )
         cursor.executemany(
             f"INSERT INTO {table} ({', '.join(qn(f.column) for f in concrete)}) "
             f"VALUES ({', '.join(['%s'] * len(concrete))})",
@@ -132,25 +165,31 @@ def copy_rows(cursor, table: str, columns: tuple[str, ...], rows, *, json_at: li
         connection.queries_log.append({"sql": sql, "time": f"{time.perf_counter() - started:.3f}"})
 
 
-def _driver_values():
-    """A converter of values to what the driver takes, outside PostgreSQL: plain strings (a TextChoices member
-    is a str subclass), datetimes as the backend stores them, each distinct datetime adapted once (most of a
-    pass's are its `now`)."""
+def _driver_rows(fields: list, lines) -> list[list]:
+    """Lines of values (lists, one value per field of `fields`, any further values passed as they are) as the
+    driver takes them outside PostgreSQL, converted column by column: a JSONField's value serialized as Django
+    would store it, datetimes as the backend stores them (each distinct one adapted once: most of a pass's are
+    its `now`); any other value goes as it is (a TextChoices member is a str to the driver)."""
     adapt = connection.ops.adapt_datetimefield_value
     adapted: dict[datetime, object] = {}
 
-    def value(item):
-        if item is None or type(item) in _PLAIN:
-            return item
-        if isinstance(item, list | dict):
-            return json.dumps(item)  # a JSONField's value, as Django would store it
-        if isinstance(item, str):
-            return str(item)
-        if isinstance(item, datetime):
-            found = adapted.get(item)
-            if found is None:
-                found = adapted[item] = adapt(item)
-            return found
-        return item
+    def moment(item):
+        found = adapted.get(item)
+        if found is None:
+            found = adapted[item] = adapt(item)
+        return found
 
-    return value
+    columns = []
+    for i, field in enumerate(fields):
+        if isinstance(field, JSONField):
+            columns.append((i, json.dumps))
+        elif isinstance(field, DateTimeField):
+            columns.append((i, moment))
+    values = []
+    for line in lines:
+        for i, convert in columns:
+            item = line[i]
+            if item is not None:
+                line[i] = convert(item)
+        values.append(line)
+    return values

@@ -6,7 +6,7 @@ rows at scrape time rather than an in-process histogram.
 
 from __future__ import annotations
 
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, When
 
 from scheduling.models import PassHistogramBucket
 
@@ -16,12 +16,17 @@ PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0
 def pass_histogram_observe(*, job_queue_id: int, seconds: float) -> None:
     """Add one pass duration to the queue's cumulative histogram.
 
-    Two queries; the queue's rows are made on first use.
+    One statement (two the first time: the queue's rows are made on first use).
     """
     touched = (
         PassHistogramBucket.objects.filter(job_queue_id=job_queue_id)
         .filter(Q(le__gte=seconds) | Q(le__isnull=True))
-        .update(count=F("count") + 1)
+        .update(
+            count=F("count") + 1,
+            sum_seconds=Case(
+                When(le__isnull=True, then=F("sum_seconds") + seconds), default=F("sum_seconds")
+            ),
+        )
     )
     if not touched:
         PassHistogramBucket.objects.bulk_create(
@@ -32,7 +37,3 @@ def pass_histogram_observe(*, job_queue_id: int, seconds: float) -> None:
             + [PassHistogramBucket(job_queue_id=job_queue_id, le=None, count=1, sum_seconds=seconds)],
             ignore_conflicts=True,
         )
-        return
-    PassHistogramBucket.objects.filter(job_queue_id=job_queue_id, le__isnull=True).update(
-        sum_seconds=F("sum_seconds") + seconds
-    )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import OuterRef
 from django.utils import timezone
 
 import engine
@@ -27,7 +28,7 @@ from scheduling.passes.histogram import pass_histogram_observe
 from scheduling.passes.snapshot import JOB_COLUMNS, snapshot_load
 from scheduling.passes.stops import stops_settle
 from scheduling.passes.work import work_changed
-from scheduling.passes.write import decisions_log, decisions_write, usage_sample
+from scheduling.passes.write import decisions_log, decisions_write, last_sample_at, usage_sample
 from scheduling.services.locks import queue_lock
 
 logger = logging.getLogger("quotaportal.scheduling")
@@ -79,7 +80,7 @@ def queue_pass_run(*, job_queue_id: int, trigger: str = "beat") -> PassResult:
     started = time.perf_counter()
     pass_due_forget(job_queue_id)  # before the read: a change committed from now on marks the queue again
     with _collector_paused(), transaction.atomic():
-        queue = queue_lock(job_queue_id)
+        queue = queue_lock(job_queue_id, last_sample=last_sample_at(OuterRef("pk")))
         now = timezone.now()
         outcome = pass_execute(job_queue=queue, now=now, trigger=trigger, started=started)
     # Once the decisions are visible (at once, unless a caller's transaction is still open).
@@ -116,7 +117,14 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     if admitted or decisions.preemptions or decisions.drains:
         work_changed(environment=job_queue.service_environment)
     decisions_log(job_queue=job_queue, decisions=decisions, index=index)
-    usage_sample(job_queue=job_queue, snap=snap, decisions=decisions, index=index, now=now)
+    usage_sample(
+        job_queue=job_queue,
+        snap=snap,
+        decisions=decisions,
+        index=index,
+        now=now,
+        **({"last": job_queue.last_sample} if hasattr(job_queue, "last_sample") else {}),
+    )
     stats = decisions.stats
     duration_ms = (time.perf_counter() - started) * 1000
     pass_histogram_observe(job_queue_id=job_queue.pk, seconds=duration_ms / 1000)

@@ -11,7 +11,7 @@ import operator
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import F, Max
+from django.db.models import F, Max, Subquery
 
 from engine import accounting
 from engine import types as et
@@ -43,6 +43,8 @@ _SHARE, _REASON, _POSITION, _TEAM = (
     JOB_COLUMNS.index(name)
     for name in ("quota_share_id", "pending__status_reason", "pending__queue_position", "team_id")
 )
+
+_UNREAD = object()
 
 _FULL_FIELDS = (
     "status",
@@ -152,14 +154,31 @@ def usage_after(snap: et.Snapshot, decisions: et.Decisions) -> dict[tuple[int, s
     return usage
 
 
+def last_sample_at(job_queue_id) -> Subquery:
+    """When the queue's usage was last sampled: an expression, so the pass reads it with its queue lock."""
+    return Subquery(
+        ShareUsageSample.objects.filter(quota_share__job_queue_id=job_queue_id)
+        .values("quota_share__job_queue_id")
+        .annotate(last=Max("taken_at"))
+        .values("last")[:1]
+    )
+
+
 def usage_sample(
-    *, job_queue: JobQueue, snap: et.Snapshot, decisions: et.Decisions, index: Index, now: datetime
+    *,
+    job_queue: JobQueue,
+    snap: et.Snapshot,
+    decisions: et.Decisions,
+    index: Index,
+    now: datetime,
+    last: datetime | None | object = _UNREAD,
 ) -> None:
     """Every SAMPLE_INTERVAL_SECONDS, record per share and type what the charts draw: owned, borrowed,
-    lent."""
-    last = ShareUsageSample.objects.filter(quota_share__job_queue_id=job_queue.pk).aggregate(
-        last=Max("taken_at")
-    )["last"]
+    lent. `last`: when the queue was last sampled, if the caller read it (`last_sample_at`)."""
+    if last is _UNREAD:
+        last = ShareUsageSample.objects.filter(quota_share__job_queue_id=job_queue.pk).aggregate(
+            last=Max("taken_at")
+        )["last"]
     if last is not None and (now - last).total_seconds() < settings.SAMPLE_INTERVAL_SECONDS:
         return
     rows, _, _ = accounting.share_usage(
@@ -380,16 +399,14 @@ def decisions_write(
         if current[_REASON] is not None and job_id not in still_waiting
     ]
 
-    if stopped:
-        open_attempts = JobAttempt.objects.filter(job_id__in=list(stopped), stopped_at__isnull=True)
-        rows_update(
-            model=JobAttempt,
-            fields=("stopped_at", "status_reason"),
-            rows={
-                attempt_id: {"stopped_at": now, "status_reason": stopped[job_id]}
-                for attempt_id, job_id in open_attempts.values_list("id", "job_id")
-            },
-        )
+    # The open attempt of each stopped job, matched by its job: no read of the attempts' ids first.
+    rows_update(
+        model=JobAttempt,
+        fields=("stopped_at", "status_reason"),
+        rows={job_id: {"stopped_at": now, "status_reason": why} for job_id, why in stopped.items()},
+        key="job_id",
+        where_null="stopped_at",
+    )
     rows_update(model=Job, fields=_FULL_FIELDS, rows=changed)
     rows_delete(PendingState, stale)
     # In key order, so the new rows append to the primary key's index rather than land all over it.

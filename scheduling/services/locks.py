@@ -10,8 +10,9 @@ from __future__ import annotations
 from scheduling.models import Job, JobQueue
 
 
-def queue_lock(job_queue_id: int) -> JobQueue:
-    """Take the queue's row lock and return the queue (with its environment); hold it to the commit.
+def queue_lock(job_queue_id: int, **annotations) -> JobQueue:
+    """Take the queue's row lock and return the queue (with its environment, and `annotations`, expressions
+    read in the same statement); hold it to the commit.
 
     The caller must be inside `transaction.atomic`. FOR NO KEY UPDATE serializes everything that changes the
     queue's jobs, as FOR UPDATE would, but lets a submission insert rows that refer to the queue meanwhile:
@@ -21,6 +22,7 @@ def queue_lock(job_queue_id: int) -> JobQueue:
     return (
         JobQueue.objects.select_for_update(no_key=True)
         .select_related("service_environment")
+        .annotate(**annotations)
         .get(pk=job_queue_id)
     )
 

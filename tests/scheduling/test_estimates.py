@@ -13,6 +13,7 @@ from scheduling.models import Job, JobStatus, PendingState
 from scheduling.passes.run import queue_pass_run
 from scheduling.selectors.estimates import runtime_expectations
 from scheduling.services.estimates import queue_estimates_refresh
+from scheduling.tasks import ESTIMATE_PRIORITY
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +78,8 @@ def test_a_pass_that_placed_someone_enqueues_one_estimate_per_interval(nlp, sett
     with mock.patch.object(tasks.estimate_queue, "apply_async") as apply_async:
         tasks.run_queue_pass(nlp.job_queue_id, "submission")
         tasks.run_queue_pass(nlp.job_queue_id, "submission")
-    apply_async.assert_called_once_with((nlp.job_queue_id,), countdown=30)
+    # At the lowest priority: on Redis a worker takes every waiting pass before an estimate.
+    apply_async.assert_called_once_with((nlp.job_queue_id,), countdown=30, priority=ESTIMATE_PRIORITY)
 
 
 def test_a_beat_pass_that_decided_nothing_enqueues_no_estimate(nlp):
