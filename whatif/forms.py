@@ -59,7 +59,7 @@ class WhatIfForm(forms.Form):
     )
     idle_capacity_assignment = forms.ChoiceField(
         required=False,
-        choices=IdleCapacityAssignment.choices,
+        choices=[(value, value) for value in IdleCapacityAssignment.values],
         label="Idle capacity to borrowers",
         help_text=IDLE_CAPACITY_ASSIGNMENT_HELP,
     )
