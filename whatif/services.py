@@ -581,6 +581,7 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
         raise Conflict(
             f"the proposal could not be applied ({'; '.join(exc.messages)}); nothing was changed"
         ) from None
+    shares_changed = list(changed)
     if queue_after != queue_before:
         # Share names have no space (`[A-Za-z0-9_-]`), so the queue's entry cannot be taken for one.
         changed = [f"queue {job_queue.name}", *changed]
@@ -591,7 +592,13 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
         job_queue=job_queue,
         actor=actor if getattr(actor, "pk", None) else None,
         message=f"{who} applied what-if #{run.pk} to queue {job_queue.name}: changed {', '.join(changed)}",
-        data={"object": WhatIfRun._meta.label, "id": run.pk, "action": "applied", "shares": changed},
+        data={
+            "object": WhatIfRun._meta.label,
+            "id": run.pk,
+            "action": "applied",
+            "shares": shares_changed,
+            "queue": queue_after != queue_before,
+        },
         created_at=now,
     )
     run.applied_at = now

@@ -426,3 +426,21 @@ def test_the_result_says_what_the_proposal_changes_in_the_queue_and_in_lending(
     again = client_for(world.admin).get(reverse("manage_whatif"), {"from_run": run.pk}).content.decode()
     assert f'name="s{world.speech.pk}-lending_{ids(G5)}" value="2"' in again
     assert re.search(r'<option value="FAIR_SHARE" selected>', again)
+
+
+def test_applying_a_proposal_for_the_queue_alone_says_so(world, client_for, begin, history):
+    run = whatif_services.whatif_run_start(
+        job_queue=world.queue,
+        source="HISTORY",
+        start=begin,
+        days=1.0,
+        actor=world.admin,
+        proposal=[],  # every share keeps its values
+        queue_proposal=whatif_services.QueueProposal("FAIR_SHARE", 0),
+    )
+    run = whatif_services.whatif_run_execute(run_id=run.pk)
+    url = reverse("manage_whatif_apply", args=[run.pk])
+    page = client_for(world.admin).post(url, {"confirm": "on"}, follow=True).content.decode()
+    assert f"Applied what-if #{run.pk} to queue training: changed queue training." in page
+    world.queue.refresh_from_db()
+    assert world.queue.idle_capacity_assignment == "FAIR_SHARE"

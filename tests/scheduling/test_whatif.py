@@ -602,6 +602,9 @@ def test_applying_sets_lending_limits_weights_and_the_queues_settings_through_th
     assert Event.objects.filter(
         kind=EventKind.CONFIG_CHANGED, data__object="scheduling.JobQueue", data__id=queue.pk
     ).exists()
+    summary = Event.objects.get(kind=EventKind.CONFIG_CHANGED, data__object="whatif.WhatIfRun")
+    assert (summary.data["shares"], summary.data["queue"]) == (["nlp", "vision"], True)
+    assert summary.message.endswith("changed queue training, nlp, vision")
 
 
 def test_a_run_whose_queue_settings_changed_since_is_stale(queue, admin, begin, history):
