@@ -27,6 +27,7 @@ class ShareTypeUsage:
     lent: int
     idle: int
     kept: int = 0  # of `idle`, what a lending share keeps beyond its lending limit (never lent)
+    lendable: int = 0  # of the limit, what the share lends or may lend now (`lent` included): idle above kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,9 @@ def share_usage(
                         lent=lent.get(s, 0),
                         idle=idle[s] - lent.get(s, 0),
                         kept=kept_idle(
+                            strategies.get(s, Strategy.RESERVE), limit[s], used[s], lending.get(s)
+                        ),
+                        lendable=lendable_capacity(
                             strategies.get(s, Strategy.RESERVE), limit[s], used[s], lending.get(s)
                         ),
                     )

@@ -99,14 +99,26 @@ class VictimSet:
         )
 
 
-def protected_until(state: WorkingState, job: Job) -> datetime | None:
-    """A job is no reclaim or in-share victim until it has run preemption_min_runtime_seconds since it was
-    scheduled; when that is still ahead, the moment it ends (None: not protected)."""
-    seconds = state.snapshot.preemption_min_runtime_seconds
-    if seconds <= 0 or state.protections_lifted:
+def protection_end(
+    *, scheduled_at: datetime | None, min_runtime_seconds: int, now: datetime
+) -> datetime | None:
+    """A job is no reclaim or in-share victim until it has run `min_runtime_seconds` since it was scheduled;
+    when that is still ahead of `now`, the moment it ends (None: not protected)."""
+    if min_runtime_seconds <= 0 or scheduled_at is None:
         return None
-    until = job.placement.scheduled_at + timedelta(seconds=seconds)
-    return until if until > state.now else None
+    until = scheduled_at + timedelta(seconds=min_runtime_seconds)
+    return until if until > now else None
+
+
+def protected_until(state: WorkingState, job: Job) -> datetime | None:
+    """`protection_end` of a placed job in this pass (None while protections are lifted for a reason)."""
+    if state.protections_lifted:
+        return None
+    return protection_end(
+        scheduled_at=job.placement.scheduled_at,
+        min_runtime_seconds=state.snapshot.preemption_min_runtime_seconds,
+        now=state.now,
+    )
 
 
 @contextmanager

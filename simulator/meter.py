@@ -32,11 +32,14 @@ class UsageMeter:
         strategies: Mapping[int, Strategy],
         gpus: Mapping[str, int],
         start: float,
+        lending_limits: Mapping[int, Mapping[str, int]] | None = None,
     ):
+        """`lending_limits`: share id -> type -> the most it lends of that type (a type absent: all)."""
         self.share_ids = share_ids
         self.capacity = dict(capacity)
         self.limits = {share_id: dict(limits.get(share_id, {})) for share_id in share_ids}
         self.strategies = dict(strategies)
+        self.lending_limits = {share_id: dict(types) for share_id, types in (lending_limits or {}).items()}
         self.gpus = dict(gpus)
         self.position = {share_id: i for i, share_id in enumerate(share_ids)}
         count = len(share_ids)
@@ -154,6 +157,9 @@ class UsageMeter:
             limit=dict(zip(self.share_ids, self._limits_of(instance_type), strict=True)),
             used=dict(zip(self.share_ids, held, strict=True)),
             lenders=[s for s, lends in zip(self.share_ids, self._lenders, strict=True) if lends],
+            lending_limit={
+                s: types[instance_type] for s, types in self.lending_limits.items() if instance_type in types
+            },
         )
         return tuple(lent.get(s, 0) for s in self.share_ids)
 

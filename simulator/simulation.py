@@ -364,6 +364,7 @@ class Simulation:
             strategies={share.id: share.strategy for share in self.shares},
             gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
             start=self.start,
+            lending_limits={share.id: share.lending_limits for share in self.shares},
         )
         self.checker = (
             PassChecker(

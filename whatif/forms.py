@@ -10,7 +10,15 @@ from django.core.exceptions import ValidationError
 from portal.forms.errors import error_dict
 from portal.forms.fields import DateTimeInput, IdChoiceField
 from portal.params import MAX_STORED_INT
-from scheduling.models import InstanceType, JobQueue, QuotaShare
+from scheduling.models import (
+    FAIR_SHARE_WEIGHT_HELP,
+    IDLE_CAPACITY_ASSIGNMENT_HELP,
+    PREEMPTION_MIN_RUNTIME_HELP,
+    IdleCapacityAssignment,
+    InstanceType,
+    JobQueue,
+    QuotaShare,
+)
 from whatif import services
 from whatif.models import WhatIfRun
 
@@ -32,8 +40,11 @@ class WhatIfQueueForm(forms.Form):
 class WhatIfForm(forms.Form):
     """A what-if proposal for one queue: every share's values, prefilled with the live ones, and the window.
 
-    Each share has `s<id>-strategy`, `s<id>-borrow_limit`, `s<id>-in_share_preemption` and one
-    `s<id>-limit_<type id>` per instance type of the environment (blank: no limit for that type).
+    Each share has `s<id>-strategy`, `s<id>-borrow_limit`, `s<id>-in_share_preemption`,
+    `s<id>-fair_share_weight` (blank: as it is) and per instance type of the environment one
+    `s<id>-limit_<type id>` (blank: no limit for that type) and one `s<id>-lending_<type id>` (blank: lends
+    all of it). The queue's `idle_capacity_assignment` and `preemption_min_runtime_seconds` are blank: as
+    they are.
     """
 
     job_queue = IdChoiceField(queryset=JobQueue.objects.all(), widget=forms.HiddenInput)
@@ -45,6 +56,19 @@ class WhatIfForm(forms.Form):
         widget=forms.NumberInput(attrs={"step": "any"}),
         label="Days",
         help_text=f"1 hour ({services.WHATIF_MIN_DAYS:.2f}) to {services.WHATIF_MAX_DAYS:g} days.",
+    )
+    idle_capacity_assignment = forms.ChoiceField(
+        required=False,
+        choices=[(value, value) for value in IdleCapacityAssignment.values],
+        label="Idle capacity to borrowers",
+        help_text=IDLE_CAPACITY_ASSIGNMENT_HELP,
+    )
+    preemption_min_runtime_seconds = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_STORED_INT,
+        label="Protection from early preemption (seconds)",
+        help_text=PREEMPTION_MIN_RUNTIME_HELP,
     )
     error_groups = ("capacity_limits",)
 
@@ -67,21 +91,35 @@ class WhatIfForm(forms.Form):
         self.capacity = capacity
         self.source_run = base.pk if base is not None else None
         proposed = {item["name"]: item for item in base.proposal} if base is not None else {}
+        queue_values = services.QueueProposal.from_mapping(
+            base.queue_proposal
+            if base is not None and base.queue_proposal
+            else {name: getattr(job_queue, name) for name in services.WHATIF_QUEUE_FIELDS}
+        )
+        for name in services.WHATIF_QUEUE_FIELDS:
+            self.fields[name].initial = getattr(queue_values, name)
         self.share_errors: dict[int, list[str]] = {share.pk: [] for share in shares}
         for share in shares:
             values = {
                 "strategy": share.strategy,
                 "borrow_limit": share.borrow_limit,
                 "in_share_preemption": share.in_share_preemption,
+                "fair_share_weight": share.fair_share_weight,
                 "limits": {
                     limit.instance_type_id: limit.max_capacity for limit in share.capacity_limits.all()
                 },
+                "lending": {
+                    limit.instance_type_id: limit.lending_limit for limit in share.capacity_limits.all()
+                },
             }
             if share.name in proposed:
-                item = proposed[share.name]
-                values.update({key: item[key] for key in ("strategy", "borrow_limit", "in_share_preemption")})
+                item = services.ShareProposal.from_mapping(proposed[share.name])
+                values.update({key: getattr(item, key) for key in services.WHATIF_SHARE_FIELDS})
                 values["limits"] = {
-                    t.pk: item["limits"][t.name] for t in instance_types if t.name in item["limits"]
+                    t.pk: item.limits[t.name] for t in instance_types if t.name in item.limits
+                }
+                values["lending"] = {
+                    t.pk: item.lending_limits[t.name] for t in instance_types if t.name in item.lending_limits
                 }
             prefix = self.share_prefix(share)
             self.fields[f"{prefix}strategy"] = forms.ChoiceField(
@@ -97,12 +135,25 @@ class WhatIfForm(forms.Form):
             self.fields[f"{prefix}in_share_preemption"] = forms.BooleanField(
                 required=False, initial=values["in_share_preemption"], label="In-share preemption"
             )
+            self.fields[f"{prefix}fair_share_weight"] = forms.DecimalField(
+                required=False,
+                initial=values["fair_share_weight"],
+                label="Fair-share weight",
+                help_text=FAIR_SHARE_WEIGHT_HELP,
+            )
             for type_ in instance_types:
                 self.fields[f"{prefix}limit_{type_.pk}"] = forms.IntegerField(
                     required=False,
                     min_value=1,
                     max_value=MAX_STORED_INT,
                     initial=values["limits"].get(type_.pk),
+                    label=type_.name,
+                )
+                self.fields[f"{prefix}lending_{type_.pk}"] = forms.IntegerField(
+                    required=False,
+                    min_value=0,
+                    max_value=MAX_STORED_INT,
+                    initial=values["lending"].get(type_.pk),
                     label=type_.name,
                 )
 
@@ -125,7 +176,11 @@ class WhatIfForm(forms.Form):
                     "strategy": self[f"{prefix}strategy"],
                     "borrow_limit": self[f"{prefix}borrow_limit"],
                     "in_share_preemption": self[f"{prefix}in_share_preemption"],
-                    "limits": [self[f"{prefix}limit_{type_.pk}"] for type_ in self.instance_types],
+                    "fair_share_weight": self[f"{prefix}fair_share_weight"],
+                    "limits": [
+                        (self[f"{prefix}limit_{type_.pk}"], self[f"{prefix}lending_{type_.pk}"])
+                        for type_ in self.instance_types
+                    ],
                     "errors": self.share_errors[share.pk],
                 }
             )
@@ -147,9 +202,29 @@ class WhatIfForm(forms.Form):
                     strategy=data[f"{prefix}strategy"],
                     borrow_limit=data[f"{prefix}borrow_limit"],
                     in_share_preemption=data[f"{prefix}in_share_preemption"],
+                    lending_limits={
+                        type_.name: data[f"{prefix}lending_{type_.pk}"]
+                        for type_ in self.instance_types
+                        if data.get(f"{prefix}lending_{type_.pk}") is not None
+                    },
+                    fair_share_weight=(
+                        share.fair_share_weight
+                        if data.get(f"{prefix}fair_share_weight") is None
+                        else data[f"{prefix}fair_share_weight"]
+                    ),
                 )
             )
         return proposals
+
+    def queue_proposal(self) -> services.QueueProposal:
+        """The queue's proposed settings; a blank one stays as it is."""
+        values = {name: self.cleaned_data.get(name) for name in services.WHATIF_QUEUE_FIELDS}
+        return services.QueueProposal(
+            **{
+                name: getattr(self.job_queue, name) if value in (None, "") else value
+                for name, value in values.items()
+            }
+        )
 
     def add_service_errors(self, exc: ValidationError) -> None:
         """`shares[<name>].<field>` goes to that share's field (or, for its limits, to its row); the rest to

@@ -36,8 +36,11 @@ class WhatIfRun(models.Model):
     # "current" replays, and what the queue must still be for the proposal to be applied.
     baseline = models.JSONField()
     # Every share's proposed values: [{"name", "limits": {type: n}, "strategy", "borrow_limit",
-    # "in_share_preemption"}], in the baseline's order.
+    # "in_share_preemption", "lending_limits": {type: n}, "fair_share_weight"}], in the baseline's order.
     proposal = models.JSONField()
+    # The queue's proposed settings: {"idle_capacity_assignment", "preemption_min_runtime_seconds"}; {} for a
+    # run asked for before the what-if proposed them (it kept the queue's).
+    queue_proposal = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     progress = models.FloatField(default=0)
     # When the worker last reported progress: a RUNNING run silent for long lost its worker.

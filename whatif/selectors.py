@@ -13,6 +13,7 @@ from scheduling.models import EnvironmentCapacity, InstanceType, Job, JobQueue, 
 from simulator.report import duration, number, percent
 from whatif import sources as replay_sources
 from whatif.models import WhatIfRun
+from whatif.services import QueueProposal, ShareProposal
 
 
 def whatif_queue(*, job_queue_id: int | None) -> JobQueue | None:
@@ -72,14 +73,18 @@ def whatif_runs(*, limit: int = 20) -> list[WhatIfRun]:
     """The latest runs, without their configurations, results or charts. 1 query."""
     return list(
         WhatIfRun.objects.select_related("job_queue", "created_by")
-        .defer("baseline", "proposal", "result", "charts")
+        .defer("baseline", "proposal", "queue_proposal", "result", "charts")
         .order_by("-created_at", "-id")[:limit]
     )
 
 
 def whatif_run(*, run_id: int) -> WhatIfRun | None:
     """1 query."""
-    return WhatIfRun.objects.select_related("job_queue", "created_by", "applied_by").filter(pk=run_id).first()
+    return (
+        WhatIfRun.objects.select_related("job_queue__service_environment", "created_by", "applied_by")
+        .filter(pk=run_id)
+        .first()
+    )
 
 
 def whatif_changes_since(*, run: WhatIfRun) -> list[str]:
@@ -117,31 +122,70 @@ def _borrow_text(value: int) -> str:
     return "unlimited" if value == -1 else f"{value}%"
 
 
+def _lending_text(limits: dict[str, int]) -> str:
+    return ", ".join(f"{name} × {count}" for name, count in sorted(limits.items())) or "all"
+
+
 def whatif_proposal_rows(*, run: WhatIfRun, teams: dict[str, str]) -> list[ShareProposalRow]:
-    """Per share: its limits, strategy, borrow limit and in-share preemption as they were and as proposed."""
+    """Per share: its limits, lending limits, strategy, borrow limit, in-share preemption and fair-share
+    weight as they were and as proposed."""
     proposed = {item["name"]: item for item in run.proposal}
     rows = []
-    for share in run.baseline["shares"]:
-        new = {**share, **proposed.get(share["name"], {})}
+    for mapping in run.baseline["shares"]:
+        share = ShareProposal.from_mapping(mapping)
+        new = ShareProposal.from_mapping({**mapping, **proposed.get(mapping["name"], {})})
         rows.append(
             ShareProposalRow(
-                name=share["name"],
-                team=teams.get(share["name"], ""),
+                name=share.name,
+                team=teams.get(share.name, ""),
                 fields=[
-                    ProposalField("Limits", _limits_text(share["limits"]), _limits_text(new["limits"])),
-                    ProposalField("Strategy", share["strategy"], new["strategy"]),
+                    ProposalField("Limits", _limits_text(share.limits), _limits_text(new.limits)),
                     ProposalField(
-                        "Borrow limit", _borrow_text(share["borrow_limit"]), _borrow_text(new["borrow_limit"])
+                        "Lends at most",
+                        _lending_text(share.lending_limits),
+                        _lending_text(new.lending_limits),
+                    ),
+                    ProposalField("Strategy", share.strategy, new.strategy),
+                    ProposalField(
+                        "Borrow limit", _borrow_text(share.borrow_limit), _borrow_text(new.borrow_limit)
                     ),
                     ProposalField(
                         "In-share preemption",
-                        "on" if share["in_share_preemption"] else "off",
-                        "on" if new["in_share_preemption"] else "off",
+                        "on" if share.in_share_preemption else "off",
+                        "on" if new.in_share_preemption else "off",
+                    ),
+                    ProposalField(
+                        "Fair-share weight",
+                        format(share.fair_share_weight.normalize(), "f"),
+                        format(new.fair_share_weight.normalize(), "f"),
                     ),
                 ],
             )
         )
     return rows
+
+
+def _protection_text(seconds: int) -> str:
+    return "none" if not seconds else f"{seconds} s ({duration(seconds)})"
+
+
+def whatif_queue_proposal(*, run: WhatIfRun) -> list[ProposalField]:
+    """The queue's idle-capacity assignment and protection from early preemption, as they were and as
+    proposed (a run asked for before the what-if proposed them kept the queue's)."""
+    before = QueueProposal.from_mapping(run.baseline)
+    after = QueueProposal.from_mapping(run.queue_proposal) if run.queue_proposal else before
+    return [
+        ProposalField(
+            "Idle capacity to borrowers",
+            str(before.idle_capacity_assignment),
+            str(after.idle_capacity_assignment),
+        ),
+        ProposalField(
+            "Protection from early preemption",
+            _protection_text(before.preemption_min_runtime_seconds),
+            _protection_text(after.preemption_min_runtime_seconds),
+        ),
+    ]
 
 
 def whatif_teams(*, run: WhatIfRun) -> dict[str, str]:

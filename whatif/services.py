@@ -7,8 +7,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -20,8 +21,16 @@ from django.utils import timezone
 from quotaportal.celery import task_named
 from scheduling import rules
 from scheduling.errors import Conflict
-from scheduling.models import Event, EventKind, InstanceType, Job, JobQueue, QuotaShare
-from scheduling.services.configuration import quota_share_update
+from scheduling.models import (
+    Event,
+    EventKind,
+    IdleCapacityAssignment,
+    InstanceType,
+    Job,
+    JobQueue,
+    QuotaShare,
+)
+from scheduling.services.configuration import job_queue_update, quota_share_update
 from scheduling.services.locks import queue_lock
 from simulator import ConfigurationError, InvariantViolation
 from simulator.config import configuration_from_mapping
@@ -44,7 +53,17 @@ WHATIF_PASS_INTERVAL_SECONDS = 30.0
 WHATIF_PROGRESS_EVERY_SECONDS = 0.5
 # A RUNNING run whose worker has not reported for this long lost it; a redelivered task may take it over.
 WHATIF_HEARTBEAT_TIMEOUT = timedelta(minutes=5)
-WHATIF_SHARE_FIELDS = ("strategy", "borrow_limit", "in_share_preemption")
+WHATIF_SHARE_FIELDS = ("strategy", "borrow_limit", "in_share_preemption", "fair_share_weight")
+# The queue's own settings a proposal may change (SPEC 3: protection and fair borrowing).
+WHATIF_QUEUE_FIELDS = ("idle_capacity_assignment", "preemption_min_runtime_seconds")
+
+
+def _weight(value: Any) -> Decimal:
+    """A fair-share weight as stored in a mapping (text) or given by a form (Decimal)."""
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        return Decimal("NaN")
 
 
 @dataclass(frozen=True)
@@ -56,24 +75,57 @@ class ShareProposal:
     strategy: str
     borrow_limit: int = -1
     in_share_preemption: bool = False
+    lending_limits: dict[str, int] = field(default_factory=dict)  # type absent: lends all of it
+    fair_share_weight: Decimal = Decimal(1)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ShareProposal:
+        """From a proposal or a baseline's share (a run stored before issue 17 has neither of its keys)."""
         return cls(
             name=data["name"],
             limits=dict(data["limits"]),
             strategy=data["strategy"],
             borrow_limit=data["borrow_limit"],
             in_share_preemption=data["in_share_preemption"],
+            lending_limits=dict(data.get("lending_limits") or {}),
+            fair_share_weight=_weight(data.get("fair_share_weight", 1)),
         )
 
     def as_mapping(self) -> dict[str, Any]:
+        # Both issue 17 keys always: the proposal replaces the baseline's share mapping key by key.
         return {
             "name": self.name,
             "limits": dict(sorted(self.limits.items())),
             "strategy": self.strategy,
             "borrow_limit": self.borrow_limit,
             "in_share_preemption": self.in_share_preemption,
+            "lending_limits": dict(sorted(self.lending_limits.items())),
+            "fair_share_weight": format(self.fair_share_weight.normalize(), "f"),
+        }
+
+
+@dataclass(frozen=True)
+class QueueProposal:
+    """What a what-if proposes for the queue itself: how idle capacity goes to borrowers, and how long a job
+    is protected from preemption (SPEC 3)."""
+
+    idle_capacity_assignment: str = IdleCapacityAssignment.FIFO
+    preemption_min_runtime_seconds: int = 0
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> QueueProposal:
+        """From a run's queue proposal or baseline (a configuration mapping leaves the defaults out)."""
+        return cls(
+            idle_capacity_assignment=data.get("idle_capacity_assignment", cls.idle_capacity_assignment),
+            preemption_min_runtime_seconds=data.get(
+                "preemption_min_runtime_seconds", cls.preemption_min_runtime_seconds
+            ),
+        )
+
+    def as_mapping(self) -> dict[str, Any]:
+        return {
+            "idle_capacity_assignment": str(self.idle_capacity_assignment),
+            "preemption_min_runtime_seconds": self.preemption_min_runtime_seconds,
         }
 
 
@@ -86,14 +138,34 @@ def whatif_share_key(share_name: str, field_name: str) -> str:
     return f"shares[{share_name}].{field_name}"
 
 
+def _model_field_errors(model, obj, name: str, value: Any) -> list[str]:
+    """The model's own rules for one field's value (its choices, range and validators), as a form or
+    `full_clean` applies them when the change is saved."""
+    try:
+        model._meta.get_field(name).clean(value, obj)
+    except ValidationError as exc:
+        return [f"{name}: {message}" for message in exc.messages]
+    return []
+
+
 def _whatif_proposal_errors(
-    *, job_queue: JobQueue, baseline: dict[str, Any], proposal: Sequence[ShareProposal]
-) -> tuple[list[ShareProposal], rules.Errors]:
+    *,
+    job_queue: JobQueue,
+    baseline: dict[str, Any],
+    proposal: Sequence[ShareProposal],
+    queue_proposal: QueueProposal | None,
+) -> tuple[list[ShareProposal], QueueProposal, rules.Errors]:
     """The whole proposal, one entry per share in the baseline's order (a share left out keeps its values),
-    and what is wrong with it. Each share is checked by the rules of a share change, against the others'
-    proposed limits: what passes here, `whatif_apply` can apply."""
+    the queue's settings (None keeps them), and what is wrong with it. Each share is checked by the rules of
+    a share change, against the others' proposed limits, and every value by its model field's rules: what
+    passes here, `whatif_apply` can apply."""
     errors: rules.Errors = {}
     current = {item["name"]: ShareProposal.from_mapping(item) for item in baseline["shares"]}
+    current_queue = QueueProposal.from_mapping(baseline)
+    queue_settings = queue_proposal if queue_proposal is not None else current_queue
+    for name in WHATIF_QUEUE_FIELDS:
+        for message in _model_field_errors(JobQueue, job_queue, name, getattr(queue_settings, name)):
+            errors.setdefault(name, []).append(message)
     given: dict[str, ShareProposal] = {}
     for item in proposal:
         if item.name not in current:
@@ -109,16 +181,32 @@ def _whatif_proposal_errors(
     rows = {share.name: share for share in QuotaShare.objects.filter(job_queue=job_queue)}
     limits: dict[str, list[rules.LimitInput]] = {}
     for share in shares:
-        unknown = sorted(set(share.limits) - set(types))
+        unknown = sorted((set(share.limits) | set(share.lending_limits)) - set(types))
         if unknown:
             errors.setdefault(whatif_share_key(share.name, "capacity_limits"), []).append(
                 f"share {share.name}: no instance type named {', '.join(unknown)}"
+            )
+        without_limit = sorted(set(share.lending_limits) - set(share.limits))
+        if without_limit:
+            errors.setdefault(whatif_share_key(share.name, "lending_limits"), []).append(
+                f"share {share.name}: a lending limit of {', '.join(without_limit)} needs a capacity limit "
+                f"of that type"
             )
         if share.strategy not in QuotaShare.Strategy.values:
             errors.setdefault(whatif_share_key(share.name, "strategy"), []).append(
                 f"share {share.name}: strategy must be one of {', '.join(QuotaShare.Strategy.values)}"
             )
-        limits[share.name] = [rules.LimitInput(types[t], n) for t, n in share.limits.items() if t in types]
+        for message in _model_field_errors(
+            QuotaShare, rows[share.name], "fair_share_weight", share.fair_share_weight
+        ):
+            errors.setdefault(whatif_share_key(share.name, "fair_share_weight"), []).append(
+                f"share {share.name}: {message}"
+            )
+        limits[share.name] = [
+            rules.LimitInput(types[t], n, share.lending_limits.get(t))
+            for t, n in share.limits.items()
+            if t in types
+        ]
     totals: dict[int, int] = {}
     for inputs in limits.values():
         for limit in inputs:
@@ -139,12 +227,17 @@ def _whatif_proposal_errors(
             )
         except ValidationError as exc:
             for key, messages in exc.message_dict.items():
-                errors.setdefault(whatif_share_key(share.name, key), []).extend(
+                # `capacity_limits[0].lending_limit` names a position in a list the proposal keys by type.
+                field_name = "lending_limits" if key.endswith(".lending_limit") else key
+                errors.setdefault(whatif_share_key(share.name, field_name), []).extend(
                     f"share {share.name}: {message}" for message in messages
                 )
-    if not errors and shares == list(current.values()):
-        errors["__all__"] = ["the proposal is the queue's configuration as it is: change at least one share"]
-    return shares, errors
+    if not errors and shares == list(current.values()) and queue_settings == current_queue:
+        errors["__all__"] = [
+            "the proposal is the queue's configuration as it is: change at least one setting of a share "
+            "or of the queue"
+        ]
+    return shares, queue_settings, errors
 
 
 def _whatif_window_errors(
@@ -198,12 +291,14 @@ def whatif_run_start(
     start,
     days: float | None,
     actor: AbstractBaseUser | None,
+    queue_proposal: QueueProposal | None = None,
 ) -> WhatIfRun:
     """Check a what-if whole and queue it; its task is enqueued once the transaction commits.
 
     Raises one ValidationError naming every field at fault: `shares[<name>].<field>` for a share's proposed
     values (the rules a share change must pass, so a proposal that could not be applied is refused here),
-    `source`, `start`, `days`, `job_queue`, or `__all__`.
+    `idle_capacity_assignment` and `preemption_min_runtime_seconds` for the queue's (`queue_proposal`, None:
+    as they are), `source`, `start`, `days`, `job_queue`, or `__all__`.
     """
     now = timezone.now()
     try:
@@ -213,7 +308,9 @@ def whatif_run_start(
         raise ValidationError({"job_queue": [message]}) from None
     baseline = replay_sources.configuration_mapping(live)
     baseline["name"] = "current"
-    shares, errors = _whatif_proposal_errors(job_queue=job_queue, baseline=baseline, proposal=proposal)
+    shares, queue_settings, errors = _whatif_proposal_errors(
+        job_queue=job_queue, baseline=baseline, proposal=proposal, queue_proposal=queue_proposal
+    )
     end, window_errors = _whatif_window_errors(
         job_queue=job_queue, source=source, start=start, days=days, now=now
     )
@@ -231,6 +328,7 @@ def whatif_run_start(
         window_end=end,
         baseline=baseline,
         proposal=[share.as_mapping() for share in shares],
+        queue_proposal=queue_settings.as_mapping(),
     )
     _whatif_enqueue(run.pk)
     return run
@@ -254,10 +352,11 @@ def _whatif_enqueue(run_id: int) -> None:
 
 
 def whatif_proposed_configuration(run: WhatIfRun) -> dict[str, Any]:
-    """The run's baseline with its shares' values replaced by the proposal (as a configuration mapping)."""
+    """The run's baseline with its shares' and queue's values replaced by the proposal (as a configuration
+    mapping)."""
     proposed = {item["name"]: item for item in run.proposal}
     shares = [{**share, **proposed.get(share["name"], {})} for share in run.baseline["shares"]]
-    return {**run.baseline, "name": "proposed", "shares": shares}
+    return {**run.baseline, **run.queue_proposal, "name": "proposed", "shares": shares}
 
 
 class _WhatIfProgress:
@@ -420,8 +519,9 @@ def whatif_apply_steps(
 @transaction.atomic
 def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]:
     """Apply a finished what-if's proposal to its queue through `quota_share_update` (the rules of a share
-    change, a CONFIG_CHANGED event per share), all or nothing, and record that it was applied. Returns the
-    names of the shares changed.
+    change, a CONFIG_CHANGED event per share) and the queue's settings through `job_queue_update`, all or
+    nothing, and record that it was applied. Returns the names of the shares changed, after
+    `queue <name>` when the queue's settings changed.
 
     Refused (Conflict) unless the run is DONE and not applied yet, and the queue is still configured as it
     was when the run started: a result computed for another configuration says nothing about this one.
@@ -443,28 +543,37 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
             f"({'; '.join(changes)}), so its result no longer describes the queue: "
             f"run the what-if again"
         )
-    baseline = {share["name"]: share for share in run.baseline["shares"]}
-    proposal = {item["name"]: item for item in run.proposal}
-    changed = [
-        name
-        for name in baseline
-        if name in proposal
-        and any(proposal[name][key] != baseline[name][key] for key in ("limits", *WHATIF_SHARE_FIELDS))
-    ]
+    baseline = {share["name"]: ShareProposal.from_mapping(share) for share in run.baseline["shares"]}
+    proposal = {item["name"]: ShareProposal.from_mapping(item) for item in run.proposal}
+    changed = [name for name in baseline if name in proposal and proposal[name] != baseline[name]]
+    queue_before = QueueProposal.from_mapping(run.baseline)
+    queue_after = QueueProposal.from_mapping(run.queue_proposal) if run.queue_proposal else queue_before
     steps = whatif_apply_steps(
-        current={name: share["limits"] for name, share in baseline.items()},
-        proposed={name: item["limits"] for name, item in proposal.items()},
+        current={name: share.limits for name, share in baseline.items()},
+        proposed={name: item.limits for name, item in proposal.items()},
         capacity=run.baseline["capacity"],
         changed=changed,
     )
     shares = {share.name: share for share in QuotaShare.objects.filter(job_queue=job_queue)}
     types = {t.name: t for t in InstanceType.objects.filter(name__in=run.baseline["capacity"])}
     try:
+        if queue_after != queue_before:
+            job_queue_update(job_queue=job_queue, changes=queue_after.as_mapping(), actor=actor)
         for name, limits, final in steps:
+            # A step on the way keeps the share's strategy, so it keeps its lending limits too, cut to the
+            # lowered limit; the last step sets the proposed ones.
+            lending = proposal[name].lending_limits if final else baseline[name].lending_limits
             quota_share_update(
                 share=shares[name],
-                changes={key: proposal[name][key] for key in WHATIF_SHARE_FIELDS} if final else {},
-                limits=[rules.LimitInput(types[type_], count) for type_, count in sorted(limits.items())],
+                changes={key: getattr(proposal[name], key) for key in WHATIF_SHARE_FIELDS} if final else {},
+                limits=[
+                    rules.LimitInput(
+                        types[type_],
+                        count,
+                        min(lending[type_], count) if lending.get(type_) is not None else None,
+                    )
+                    for type_, count in sorted(limits.items())
+                ],
                 actor=actor,
             )
     except ValidationError as exc:
@@ -472,6 +581,10 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
         raise Conflict(
             f"the proposal could not be applied ({'; '.join(exc.messages)}); nothing was changed"
         ) from None
+    shares_changed = list(changed)
+    if queue_after != queue_before:
+        # Share names have no space (`[A-Za-z0-9_-]`), so the queue's entry cannot be taken for one.
+        changed = [f"queue {job_queue.name}", *changed]
     now = timezone.now()
     who = getattr(actor, "username", None) or "system"
     Event.objects.create(
@@ -479,7 +592,13 @@ def whatif_apply(*, run: WhatIfRun, actor: AbstractBaseUser | None) -> list[str]
         job_queue=job_queue,
         actor=actor if getattr(actor, "pk", None) else None,
         message=f"{who} applied what-if #{run.pk} to queue {job_queue.name}: changed {', '.join(changed)}",
-        data={"object": WhatIfRun._meta.label, "id": run.pk, "action": "applied", "shares": changed},
+        data={
+            "object": WhatIfRun._meta.label,
+            "id": run.pk,
+            "action": "applied",
+            "shares": shares_changed,
+            "queue": queue_after != queue_before,
+        },
         created_at=now,
     )
     run.applied_at = now

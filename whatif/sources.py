@@ -31,6 +31,7 @@ from scheduling.models import (
     JobQueue,
     JobStatus,
     QuotaShare,
+    ServiceEnvironment,
     ShareCapacityLimit,
     State,
     TrainingPlan,
@@ -51,8 +52,21 @@ def philly_trace() -> Path:
 # --- the live configuration ------------------------------------------------------------------------------
 
 
+def simulated_stop_seconds(environment: ServiceEnvironment) -> int:
+    """How long a job the replay stops keeps its capacity, as the environment's executor takes.
+
+    An external executor may take the whole `stop_grace_seconds` (SIGTERM to SIGKILL), so the replay
+    assumes it does; the simulated executor stops a job SIMULATED_STOP_SECONDS after it was asked to, never
+    after the grace period. A queue has one environment, so there is nothing to choose between.
+    """
+    if environment.executor == ServiceEnvironment.Executor.SIMULATED:
+        return min(settings.SIMULATED_STOP_SECONDS, environment.stop_grace_seconds)
+    return environment.stop_grace_seconds
+
+
 def live_configuration(queue: JobQueue) -> Configuration:
-    """The queue's capacity, shares (with their database ids) and training plans as they are. 6 queries."""
+    """The queue's capacity, shares (with their database ids), training plans and stop time as they are.
+    6 queries, and one more unless the queue came with its service environment."""
     shares = list(
         QuotaShare.objects.filter(job_queue=queue)
         .prefetch_related(
@@ -111,6 +125,7 @@ def live_configuration(queue: JobQueue) -> Configuration:
         share_ids={share.name: share.pk for share in shares},
         idle_capacity_assignment=IdleCapacityAssignment(queue.idle_capacity_assignment),
         preemption_min_runtime_seconds=queue.preemption_min_runtime_seconds,
+        stop_seconds=simulated_stop_seconds(queue.service_environment),
     )
     return validate(config)
 
@@ -145,6 +160,8 @@ def configuration_mapping(config: Configuration) -> dict[str, Any]:
         mapping["idle_capacity_assignment"] = str(config.idle_capacity_assignment)
     if config.preemption_min_runtime_seconds:
         mapping["preemption_min_runtime_seconds"] = config.preemption_min_runtime_seconds
+    if config.stop_seconds:
+        mapping["stop_seconds"] = config.stop_seconds
     return mapping
 
 
@@ -190,7 +207,13 @@ def configuration_changes(before: dict[str, Any], after: dict[str, Any]) -> list
             changes.append(f"share {name}: {', '.join(fields)}")
     if before["plans"] != after["plans"]:
         changes.append("training plans")
-    for key in ("ordering", "plan_drain_seconds", "instance_types"):
+    for key in (
+        "ordering",
+        "plan_drain_seconds",
+        "instance_types",
+        "idle_capacity_assignment",
+        "preemption_min_runtime_seconds",
+    ):
         if before.get(key) != after.get(key):
             changes.append(key.replace("_", " "))
     return changes

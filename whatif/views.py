@@ -121,6 +121,7 @@ def whatif_new(request):
                 run = services.whatif_run_start(
                     job_queue=queue,
                     proposal=form.proposal(),
+                    queue_proposal=form.queue_proposal(),
                     source=form.cleaned_data["source"],
                     start=form.cleaned_data["start"],
                     days=form.cleaned_data["days"],
@@ -161,6 +162,7 @@ def _run_context(run: WhatIfRun, *, apply_form=None, apply_error: str = "") -> d
         teams = selectors.whatif_teams(run=run)
         context.update(
             proposal_rows=selectors.whatif_proposal_rows(run=run, teams=teams),
+            queue_proposal=selectors.whatif_queue_proposal(run=run),
             comparison=selectors.whatif_comparison(run=run, teams=teams),
             stale=[] if run.applied_at else selectors.whatif_changes_since(run=run),
         )
@@ -203,10 +205,12 @@ def whatif_apply(request, run_id: int):
             _run_context(run, apply_error=exc.message),
             status=exc.status_code,
         )
-    shares = f"share{'s' if len(changed) > 1 else ''} {', '.join(changed)}"
+    queue_changed = [name for name in changed if name.startswith("queue ")]
+    shares = [name for name in changed if name not in queue_changed]
+    words = queue_changed + ([f"share{'s' if len(shares) > 1 else ''} {', '.join(shares)}"] if shares else [])
     messages.success(
         request,
-        f"Applied what-if #{run.pk} to queue {run.job_queue.name}: changed {shares}. "
-        f"The next scheduling pass works with the new limits.",
+        f"Applied what-if #{run.pk} to queue {run.job_queue.name}: changed {' and '.join(words)}. "
+        f"The next scheduling pass works with the new settings.",
     )
     return redirect("manage_whatif_run", run_id=run.pk)

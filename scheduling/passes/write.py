@@ -186,6 +186,7 @@ def usage_sample(
         limits={share.id: share.limits for share in snap.shares},
         strategies={share.id: share.strategy for share in snap.shares},
         usage=usage_after(snap, decisions),
+        lending_limits={share.id: share.lending_limits for share in snap.shares},
     )
     pending: dict[int, int] = {}
     for item in decisions.pending:

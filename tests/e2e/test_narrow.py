@@ -45,6 +45,10 @@ def busy(transactional_db):
     world.run_pass()
     job_in(world.speech, [(P4, 3)], name="speech-reclaims", user=world.eli)
     world.run_pass()
+    # From now on placed jobs are protected from early preemption for an hour; speech lends at most 2 G5.
+    world.queue.preemption_min_runtime_seconds = 3600
+    world.queue.save()
+    world.speech.capacity_limits.filter(instance_type__name=G5).update(lending_limit=2)
     job_report(job_id=done.pk, status=JobStatus.RUNNING)
     job_report(job_id=done.pk, status=JobStatus.SUCCEEDED, reason="the trainer exited 0 after 20 epochs")
     world.waiting = Job.objects.get(name="nlp-waits-for-a-very-long-while")
@@ -58,8 +62,9 @@ def busy(transactional_db):
         proposal=[
             whatif_services.ShareProposal("nlp", {P5: 4, P4: 4}, "LEND"),
             whatif_services.ShareProposal("vision", {P4: 6, G5: 8}, "LEND_AND_BORROW", borrow_limit=-1),
-            whatif_services.ShareProposal("speech", {P4: 4, G5: 8}, "LEND"),
+            whatif_services.ShareProposal("speech", {P4: 4, G5: 8}, "LEND", lending_limits={G5: 4}),
         ],
+        queue_proposal=whatif_services.QueueProposal("FAIR_SHARE", 600),
     )
     world.run = whatif_services.whatif_run_execute(run_id=run.pk)
     return world
@@ -83,7 +88,7 @@ def pages(world) -> list[tuple[str, list[str]]]:
     """Every page, with the selectors of the reasons it shows."""
     return [
         ("/", [".card .why", ".recent-evictions .eviction .why"]),
-        (f"/shares/{world.nlp.pk}/", ["#share-live td.reason"]),
+        (f"/shares/{world.nlp.pk}/", ["#share-live td.reason", "#share-live .badge-protected >> nth=0"]),
         (f"/shares/{world.vision.pk}/", ["#share-live .eviction .why"]),
         ("/jobs/", ["#job-table td.reason"]),
         (f"/jobs/{world.waiting.pk}/", [".reason-box"]),

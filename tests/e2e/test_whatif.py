@@ -13,7 +13,7 @@ from django.db import connections
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from scheduling.models import Event, EventKind, QuotaShare
+from scheduling.models import Event, EventKind, InstanceType, QuotaShare
 from tests.e2e.conftest import page_loads
 from tests.factories import job_in
 from tests.pages.conftest import P4, build_world
@@ -116,3 +116,32 @@ def test_an_admin_runs_a_what_if_watches_it_finish_and_applies_it(world, sign_in
     assert QuotaShare.objects.get(pk=world.vision.pk).borrow_limit == -1
     audit = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, data__object="whatif.WhatIfRun")
     assert audit.count() == 1
+
+
+def test_an_admin_proposes_fair_borrowing_and_a_lending_limit_and_compares(
+    world, sign_in, worker, live_server
+):
+    enqueued, run_worker = worker
+    page = sign_in("admin")
+    page.click("nav >> text=What-if")
+    # nlp lends at most 2 of its 4 idle P4; borrowers share idle capacity by weight.
+    page.select_option(f"#id_s{world.nlp.pk}-strategy", "LEND")
+    page.fill(f"#id_s{world.nlp.pk}-lending_{InstanceType.objects.get(name=P4).pk}", "2")
+    page.select_option("#id_idle_capacity_assignment", "FAIR_SHARE")
+    page.fill(f"#id_s{world.vision.pk}-fair_share_weight", "2")
+    page.fill("#id_start", world.begin.strftime("%Y-%m-%dT%H:%M"))
+    page.fill("#id_days", "1")
+    page.click("text=Run the what-if")
+    page.wait_for_url(re.compile(r"/manage/whatif/\d+/$"))
+    run = WhatIfRun.objects.get()
+    assert enqueued == [run.pk]
+    run_worker(run.pk)
+    expect(page.locator("#whatif-live")).to_contain_text("Current and proposed, per team", timeout=20000)
+
+    changes = page.locator(".whatif-queue-changes")
+    expect(changes.locator("td.changed")).to_have_text("FIFO → FAIR_SHARE")
+    nlp = page.locator(".whatif-changes tr", has=page.locator("th", has_text="nlp"))
+    expect(nlp.locator("td[data-label='Lends at most']")).to_have_text(f"all → {P4} × 2")
+    vision = page.locator(".compare-card", has=page.locator("h3", has_text="vision"))
+    expect(vision.locator("tr", has=page.locator("th", has_text="Wait p50"))).to_be_visible()
+    expect(page.locator(".whatif-charts svg")).to_have_count(3)

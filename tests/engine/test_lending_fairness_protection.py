@@ -4,9 +4,11 @@ from datetime import timedelta
 from decimal import Decimal
 
 from engine import IdleCapacityAssignment, schedule
+from engine.accounting import share_usage
 from engine.ceilings import lendable_capacity, lends, reserved_capacity
 from engine.invariants import IN_USE_OR_RESERVED, share_breaches
 from engine.order import head_order
+from engine.preemption import protection_end
 
 from .builders import (
     LEND,
@@ -223,3 +225,31 @@ def test_dominant_borrowed_share_takes_the_type_borrowed_most_against_its_lendab
     snap = snapshot({P5: 8, P4: 2}, [owner, vision, nlp], jobs, idle_capacity_assignment=FAIR_SHARE)
 
     assert [job.id for job in head_order(snap)] == [4, 3]
+
+
+def test_a_shares_row_says_what_it_may_lend_and_what_it_keeps_beyond_its_lending_limit():
+    rows, _, _ = share_usage(
+        capacity={P5: 12},
+        limits={1: {P5: 8}, 2: {P5: 2}, 3: {P5: 2}},
+        strategies={1: LEND, 2: LEND_AND_BORROW, 3: RESERVE},
+        usage={(1, P5): 1, (2, P5): 4},
+        lending_limits={1: {P5: 3}},
+    )
+    row = {r.share_id: r for r in rows}
+    # a holds 1 of 8 and lends at most 3: 3 lendable (2 of them lent to b), 4 kept, 1 simply idle
+    assert (row[1].lendable, row[1].lent, row[1].kept, row[1].idle) == (3, 2, 4, 5)
+    assert row[1].lendable == lendable_capacity(LEND, 8, 1, 3)
+    assert (row[2].lendable, row[3].lendable) == (0, 0)  # b holds all of its own; RESERVE lends nothing
+
+
+# --- protection from early preemption: the one rule, for the engine and the pages -----------------------
+
+
+def test_a_job_is_protected_until_it_has_run_the_minimum_since_it_was_scheduled():
+    scheduled = NOW - timedelta(minutes=4)
+    assert protection_end(scheduled_at=scheduled, min_runtime_seconds=600, now=NOW) == NOW + timedelta(
+        minutes=6
+    )
+    assert protection_end(scheduled_at=scheduled, min_runtime_seconds=240, now=NOW) is None  # ends now
+    assert protection_end(scheduled_at=scheduled, min_runtime_seconds=0, now=NOW) is None
+    assert protection_end(scheduled_at=None, min_runtime_seconds=600, now=NOW) is None  # never scheduled

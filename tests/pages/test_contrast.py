@@ -50,6 +50,7 @@ def test_links_are_readable_on_panels_and_the_page(page_background):
         ".status-cancelled",
         ".badge-ok",
         ".badge-off",
+        ".badge-protected",
         ".kind-admitted",
     ],
 )

@@ -60,6 +60,42 @@ def test_share_page_now_table_shows_what_the_share_holds_on_plans(world, client_
     assert "ml.p5.48xlarge x3 on plan nlp-p5-december" in html  # the placed job
 
 
+def test_share_page_marks_jobs_protected_from_early_preemption_until_when(world, client_for):
+    world.queue.preemption_min_runtime_seconds = 600
+    world.queue.save()
+    job_in(world.speech, [(G5, 2)], name="speech-new", user=world.eli)
+    world.run_pass()
+    old = job_in(world.speech, [(G5, 1)], name="speech-old", user=world.eli)
+    world.run_pass()
+    old.refresh_from_db()
+    old.scheduled_at = timezone.now() - timedelta(minutes=11)  # ran past the minimum
+    old.save(update_fields=["scheduled_at"])
+    new = type(old).objects.get(name="speech-new")
+
+    html = client_for(world.eli).get(reverse("share_detail", args=[world.speech.pk])).content.decode()
+
+    until = new.scheduled_at + timedelta(seconds=600)
+    assert f'<time datetime="{until.isoformat()}">protected until {until:%H:%M}</time>' in html
+    assert html.count("protected until") == 1  # not speech-old
+
+
+def test_share_page_shows_what_a_share_may_lend_and_what_it_keeps_per_type(world, client_for):
+    limit = world.speech.capacity_limits.get(instance_type__name=G5)
+    limit.lending_limit = 3
+    limit.save()
+    job_in(world.speech, [(G5, 1)], name="speech-one", user=world.eli)
+    world.run_pass()
+
+    html = client_for(world.eli).get(reverse("share_detail", args=[world.speech.pk])).content.decode()
+
+    row = html[html.index(f'<th scope="row">{G5}</th>') :]
+    row = row[: row.index("</tr>")]
+    # 8 G5, 1 in use, lends at most 3: 3 lendable, 4 kept (as the overview's bar says)
+    assert '<td class="num" data-label="Lendable / kept">3 / 4</td>' in row
+    overview = client_for(world.eli).get(reverse("overview")).content.decode()
+    assert "4 kept" in overview
+
+
 def test_share_page_of_another_team_is_aggregate_only(world, busy, client_for):
     html = client_for(world.ana).get(reverse("share_detail", args=[world.vision.pk])).content.decode()
     assert "you see it in aggregate" in html and "<strong>1</strong> pending" in html

@@ -142,7 +142,10 @@ def test_field_errors_of_the_window_and_an_unchanged_proposal_are_named(world, c
     page = client.post(reverse("manage_whatif"), editor_data(world, begin, days="0")).content.decode()
     assert "Ensure this value is greater than or equal to 0.041" in page
     page = client.post(reverse("manage_whatif"), editor_data(world, begin)).content.decode()
-    assert "the proposal is the queue&#x27;s configuration as it is: change at least one share" in page
+    assert (
+        "the proposal is the queue&#x27;s configuration as it is: "
+        "change at least one setting of a share or of the queue" in page
+    )
     far = (begin - timedelta(days=20)).strftime("%Y-%m-%dT%H:%M")
     data = editor_data(world, begin, start=far, **lend_nlp(world))
     page = client.post(reverse("manage_whatif"), data).content.decode()
@@ -351,3 +354,93 @@ def test_choosing_the_philly_trace_sets_a_window_inside_it(world, client_for, se
     assert window.lstrip().startswith('<fieldset class="window" id="whatif-window">')
     assert 'value="2017-10-01T00:00"' in window
     assert "The trace covers 2017-10-01 .. 2017-10-03" in window
+
+
+# --- issue 17's settings in the editor and on the result ---------------------------------------------------
+
+
+def test_the_editor_proposes_fair_borrowing_protection_lending_limits_and_weights(
+    world, client_for, begin, history
+):
+    client = client_for(world.admin)
+    page = client.get(reverse("manage_whatif")).content.decode()
+    for name in (
+        "idle_capacity_assignment",
+        "preemption_min_runtime_seconds",
+        f"s{world.speech.pk}-fair_share_weight",
+        f"s{world.speech.pk}-lending_{ids(P4)}",
+    ):
+        assert f'name="{name}"' in page
+    data = editor_data(
+        world,
+        begin,
+        idle_capacity_assignment="FAIR_SHARE",
+        preemption_min_runtime_seconds="600",
+        **{f"s{world.speech.pk}-lending_{ids(G5)}": "2", f"s{world.vision.pk}-fair_share_weight": "2"},
+    )
+
+    response = client.post(reverse("manage_whatif"), data)
+
+    assert response.status_code == 302
+    run = WhatIfRun.objects.get()
+    assert run.queue_proposal == {
+        "idle_capacity_assignment": "FAIR_SHARE",
+        "preemption_min_runtime_seconds": 600,
+    }
+    proposed = {item["name"]: item for item in run.proposal}
+    assert proposed["speech"]["lending_limits"] == {G5: 2}
+    assert (proposed["vision"]["fair_share_weight"], proposed["nlp"]["fair_share_weight"]) == ("2", "1")
+
+
+def test_a_lending_limit_on_a_reserve_share_is_shown_on_its_row(world, client_for, begin, history):
+    data = editor_data(world, begin, **{f"s{world.nlp.pk}-lending_{ids(P5)}": "1"})
+    response = client_for(world.admin).post(reverse("manage_whatif"), data)
+    assert response.status_code == 400
+    page = response.content.decode()
+    row = page.index(f'id="errors-share-{world.nlp.pk}"')
+    assert "share nlp: ml.p5.48xlarge: a RESERVE share lends nothing" in page[row : row + 400]
+    assert not WhatIfRun.objects.exists()
+
+
+def test_the_result_says_what_the_proposal_changes_in_the_queue_and_in_lending(
+    world, client_for, begin, history
+):
+    shares = [
+        whatif_services.ShareProposal("speech", {P4: 4, G5: 8}, "LEND", lending_limits={G5: 2}),
+        *LENDING,
+    ]
+    run = whatif_services.whatif_run_start(
+        job_queue=world.queue,
+        source="HISTORY",
+        start=begin,
+        days=1.0,
+        actor=world.admin,
+        proposal=shares,
+        queue_proposal=whatif_services.QueueProposal("FAIR_SHARE", 600),
+    )
+    run = whatif_services.whatif_run_execute(run_id=run.pk)
+    page = client_for(world.admin).get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
+    assert '<span class="was">FIFO</span> → <strong>FAIR_SHARE</strong>' in page
+    assert '<span class="was">none</span> → <strong>600 s (10m)</strong>' in page
+    assert f'<span class="was">all</span> → <strong>{G5} × 2</strong>' in page
+    again = client_for(world.admin).get(reverse("manage_whatif"), {"from_run": run.pk}).content.decode()
+    assert f'name="s{world.speech.pk}-lending_{ids(G5)}" value="2"' in again
+    assert re.search(r'<option value="FAIR_SHARE" selected>', again)
+
+
+def test_applying_a_proposal_for_the_queue_alone_says_so(world, client_for, begin, history):
+    run = whatif_services.whatif_run_start(
+        job_queue=world.queue,
+        source="HISTORY",
+        start=begin,
+        days=1.0,
+        actor=world.admin,
+        proposal=[],  # every share keeps its values
+        queue_proposal=whatif_services.QueueProposal("FAIR_SHARE", 0),
+    )
+    run = whatif_services.whatif_run_execute(run_id=run.pk)
+    url = reverse("manage_whatif_apply", args=[run.pk])
+    page = client_for(world.admin).post(url, {"confirm": "on"}, follow=True).content.decode()
+    assert f"Applied what-if #{run.pk} to queue training: changed queue training." in page
+    world.queue.refresh_from_db()
+    assert world.queue.idle_capacity_assignment == "FAIR_SHARE"

@@ -291,6 +291,21 @@ def test_pass_samples_utilization_at_most_once_per_interval(queue, settings):
     assert (samples["nlp"].usage, samples["nlp"].lent) == (0, 2)
 
 
+def test_the_usage_sample_counts_a_lender_as_lending_at_most_its_lending_limit(queue, settings):
+    from scheduling.models import ShareCapacityLimit, ShareUsageSample
+
+    share_with(queue, "nlp", {P5: 4}, strategy=QuotaShare.Strategy.LEND)
+    speech = share_with(queue, "speech", {P5: 2}, strategy=QuotaShare.Strategy.LEND)
+    ShareCapacityLimit.objects.filter(quota_share=speech).update(lending_limit=0)
+    borrower = share_with(queue, "vision", {P5: 2}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
+    job_in(borrower, [(P5, 4)])
+    run_pass(queue)
+    samples = {s.quota_share.name: s for s in ShareUsageSample.objects.select_related("quota_share")}
+    assert samples["vision"].borrowed == 2
+    # speech keeps its 2 idle P5 (lending limit 0): the 2 borrowed are nlp's, though both are idle
+    assert (samples["nlp"].lent, samples["speech"].lent) == (2, 0)
+
+
 def test_history_prune_keeps_recent_rows(queue, settings):
     from scheduling.models import ShareUsageSample
 

@@ -4,6 +4,7 @@ and applied through the share services (audited) only while the queue is still a
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from unittest import mock
 
@@ -159,7 +160,10 @@ def test_unknown_strategy_type_and_share_and_missing_limits_are_named(queue, adm
 def test_a_proposal_equal_to_the_queue_is_refused(queue, admin, begin, history):
     errors = errors_of(lambda: start(queue, admin, begin, shares=proposal()))
     assert errors == {
-        "__all__": ["the proposal is the queue's configuration as it is: change at least one share"]
+        "__all__": [
+            "the proposal is the queue's configuration as it is: change at least one setting of a share "
+            "or of the queue"
+        ]
     }
 
 
@@ -490,3 +494,147 @@ def test_a_philly_window_with_no_job_for_the_queue_finishes_done_with_zero_usage
     assert_done_with_zero_usage(run)
     assert run.result["current"]["overall"]["jobs"]["arrived"] == 0
     assert run.result["proposed"]["overall"]["jobs"]["arrived"] == 0
+
+
+# --- issue 17's settings: lending limits, fair borrowing, protection ----------------------------------------
+
+
+def test_lending_limits_weights_and_queue_settings_are_checked_by_the_rules_naming_the_field(
+    queue, admin, begin, history
+):
+    shares = proposal(
+        nlp={"strategy": "LEND", "lending_limits": {P5: 3}, "fair_share_weight": Decimal(0)},
+        vision={"lending_limits": {P4: 1}},
+    )
+    queue_settings = whatif_services.QueueProposal(
+        idle_capacity_assignment="RANDOM", preemption_min_runtime_seconds=-5
+    )
+
+    errors = errors_of(lambda: start(queue, admin, begin, shares=shares, queue_proposal=queue_settings))
+
+    assert set(errors) == {
+        "shares[nlp].lending_limits",
+        "shares[nlp].fair_share_weight",
+        "shares[vision].lending_limits",
+        "idle_capacity_assignment",
+        "preemption_min_runtime_seconds",
+    }
+    assert "lending_limit 3 must be between 0 and max_capacity" in errors["shares[nlp].lending_limits"][0]
+    assert "a RESERVE share lends nothing" in errors["shares[vision].lending_limits"][0]
+    assert errors["shares[nlp].fair_share_weight"][0].startswith("share nlp: fair_share_weight: ")
+    assert "RANDOM" in errors["idle_capacity_assignment"][0]
+    assert errors["preemption_min_runtime_seconds"][0].startswith("preemption_min_runtime_seconds: ")
+
+
+def test_a_lending_limit_of_a_type_without_a_limit_is_refused(queue, admin, begin, history):
+    shares = proposal(nlp={"strategy": "LEND", "limits": {P5: 2}, "lending_limits": {P4: 1}})
+    errors = errors_of(lambda: start(queue, admin, begin, shares=shares))
+    assert errors == {
+        "shares[nlp].lending_limits": [
+            f"share nlp: a lending limit of {P4} needs a capacity limit of that type"
+        ]
+    }
+
+
+def test_a_proposal_changing_only_the_queue_is_accepted_and_stored(queue, admin, begin, history):
+    run = start(
+        queue,
+        admin,
+        begin,
+        shares=proposal(),
+        queue_proposal=whatif_services.QueueProposal("FAIR_SHARE", 600),
+    )
+    assert run.queue_proposal == {
+        "idle_capacity_assignment": "FAIR_SHARE",
+        "preemption_min_runtime_seconds": 600,
+    }
+    proposed = whatif_services.whatif_proposed_configuration(run)
+    assert (proposed["idle_capacity_assignment"], proposed["preemption_min_runtime_seconds"]) == (
+        "FAIR_SHARE",
+        600,
+    )
+    assert "idle_capacity_assignment" not in run.baseline
+
+
+def test_a_lending_limit_in_the_proposal_keeps_the_lenders_capacity_from_the_borrower(
+    queue, admin, begin, history
+):
+    lending_nothing = proposal(
+        nlp={"strategy": "LEND", "lending_limits": {P5: 0}},
+        vision={"strategy": "LEND_AND_BORROW", "borrow_limit": 100},
+    )
+    run = done_run(queue, admin, begin, shares=lending_nothing)
+
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    proposed = {s["share"]: s for s in run.result["proposed"]["shares"]}
+    # Without the lending limit vision borrows nlp's idle P5 (test_borrowing_lowers_the_waits_...).
+    assert proposed["vision"]["gpu_hours"]["borrowed"] == 0
+    assert proposed["nlp"]["gpu_hours"]["lent"] == 0
+
+
+def test_applying_sets_lending_limits_weights_and_the_queues_settings_through_the_services(
+    queue, admin, begin, history
+):
+    shares = proposal(
+        nlp={"strategy": "LEND", "lending_limits": {P5: 1}, "fair_share_weight": Decimal("2.5")},
+        vision={"strategy": "LEND_AND_BORROW", "borrow_limit": 100},
+    )
+    run = whatif_services.whatif_run_execute(
+        run_id=start(
+            queue,
+            admin,
+            begin,
+            shares=shares,
+            queue_proposal=whatif_services.QueueProposal("FAIR_SHARE", 600),
+        ).pk
+    )
+
+    changed = whatif_services.whatif_apply(run=run, actor=admin)
+
+    assert changed == ["queue training", "nlp", "vision"]
+    queue.refresh_from_db()
+    assert (queue.idle_capacity_assignment, queue.preemption_min_runtime_seconds) == ("FAIR_SHARE", 600)
+    nlp = QuotaShare.objects.get(name="nlp")
+    assert nlp.fair_share_weight == Decimal("2.5")
+    assert {limit.instance_type.name: limit.lending_limit for limit in nlp.capacity_limits.all()} == {
+        P5: 1,
+        P4: None,
+    }
+    assert replay_sources.changes_since(queue, run.baseline) != []  # the run now describes the past
+    assert Event.objects.filter(
+        kind=EventKind.CONFIG_CHANGED, data__object="scheduling.JobQueue", data__id=queue.pk
+    ).exists()
+    summary = Event.objects.get(kind=EventKind.CONFIG_CHANGED, data__object="whatif.WhatIfRun")
+    assert (summary.data["shares"], summary.data["queue"]) == (["nlp", "vision"], True)
+    assert summary.message.endswith("changed queue training, nlp, vision")
+
+
+def test_a_run_whose_queue_settings_changed_since_is_stale(queue, admin, begin, history):
+    run = done_run(queue, admin, begin)
+    config_services.job_queue_update(
+        job_queue=queue, changes={"preemption_min_runtime_seconds": 60}, actor=admin
+    )
+    with pytest.raises(Conflict) as refused:
+        whatif_services.whatif_apply(run=run, actor=admin)
+    assert "(preemption min runtime seconds)" in refused.value.message
+
+
+# --- the stop time of the queue's environment (issue 15) ----------------------------------------------------
+
+
+def test_the_replay_stops_jobs_as_the_queues_environment_does(queue, settings):
+    settings.SIMULATED_STOP_SECONDS = 3
+    environment = queue.service_environment
+    environment.executor = environment.Executor.SIMULATED
+    environment.stop_grace_seconds = 120
+    environment.save()
+    assert replay_sources.live_configuration(queue).stop_seconds == 3  # the simulated executor stops it then
+    environment.stop_grace_seconds = 1
+    environment.save()
+    assert replay_sources.live_configuration(queue).stop_seconds == 1  # never after the grace period
+    environment.executor = environment.Executor.EXTERNAL
+    environment.stop_grace_seconds = 90
+    environment.save()
+    config = replay_sources.live_configuration(queue)
+    assert config.stop_seconds == 90  # an external executor may take all of it
+    assert replay_sources.configuration_mapping(config)["stop_seconds"] == 90

@@ -10,7 +10,7 @@ from simulator import simulate, summarize
 from simulator.meter import UsageMeter, bucket_series
 from simulator.metrics import percentile
 
-from .builders import LEND, LEND_AND_BORROW, RESERVE, T0, config, job, share
+from .builders import LEND, LEND_AND_BORROW, RESERVE, SMALL, T0, config, job, share
 
 MEDIUM = "ml.g5.12xlarge"  # 4 GPUs
 
@@ -89,6 +89,23 @@ def test_usage_series_are_time_weighted_means_per_slice():
     assert borrowed[0] == [0, 0, 1, 1]
 
 
+def test_a_lender_with_a_lending_limit_lends_at_most_that_in_the_meter():
+    # b borrows 2; c lends nothing (lending limit 0), so both come from a, though both are idle.
+    setup = config(
+        share("a", LEND, small=2),
+        share("b", LEND_AND_BORROW, small=2),
+        share("c", LEND, small=2, lending_limits={SMALL: 0}),
+    )
+    jobs = [job(i, "b", 0, 3600) for i in (1, 2, 3, 4)]
+
+    metrics = summarize(simulate(setup, jobs, start=T0, end=T0 + 3600))
+
+    a, b, c = (by_share(metrics)[name] for name in "abc")
+    assert b["gpu_hours"]["borrowed"] == pytest.approx(2 * (3600 - 30) / 3600, rel=0.02)
+    assert c["gpu_hours"]["lent"] == 0
+    assert a["gpu_hours"]["lent"] == pytest.approx(b["gpu_hours"]["borrowed"])
+
+
 def test_the_meter_lends_what_share_usage_says_is_lent():
     rng = random.Random(3)
     strategies = (Strategy.RESERVE, Strategy.LEND, Strategy.LEND_AND_BORROW)
@@ -96,16 +113,29 @@ def test_the_meter_lends_what_share_usage_says_is_lent():
         share_ids = list(range(1, rng.randint(2, 8)))
         limits = {s: ({"t": rng.randint(1, 9)} if rng.random() < 0.8 else {}) for s in share_ids}
         kinds = {s: rng.choice(strategies) for s in share_ids}
+        # Some lenders lend only part of their limit (SPEC 1); RESERVE shares take no lending limit.
+        lending_limits = {
+            s: {"t": rng.randint(0, limits[s]["t"])}
+            for s in share_ids
+            if "t" in limits[s] and kinds[s] != Strategy.RESERVE and rng.random() < 0.5
+        }
         capacity = sum(limit.get("t", 0) for limit in limits.values()) + rng.choice((0, 0, 3))
         held = [rng.randint(0, 12) for _ in share_ids]
         meter = UsageMeter(
-            share_ids=share_ids, capacity={"t": capacity}, limits=limits, strategies=kinds, gpus={}, start=0.0
+            share_ids=share_ids,
+            capacity={"t": capacity},
+            limits=limits,
+            strategies=kinds,
+            gpus={},
+            start=0.0,
+            lending_limits=lending_limits,
         )
         rows, _, _ = share_usage(
             capacity={"t": capacity},
             limits=limits,
             strategies=kinds,
             usage={(s, "t"): n for s, n in zip(share_ids, held, strict=True) if n},
+            lending_limits=lending_limits,
         )
         expected = {row.share_id: row.lent for row in rows}
         assert meter._lent("t", held) == tuple(expected.get(s, 0) for s in share_ids)
