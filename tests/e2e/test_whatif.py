@@ -144,4 +144,4 @@ def test_an_admin_proposes_fair_borrowing_and_a_lending_limit_and_compares(
     expect(nlp.locator("td[data-label='Lends at most']")).to_have_text(f"all → {P4} × 2")
     vision = page.locator(".compare-card", has=page.locator("h3", has_text="vision"))
     expect(vision.locator("tr", has=page.locator("th", has_text="Wait p50"))).to_be_visible()
-    expect(page.locator(".whatif-charts svg")).to_have_count(3)
+    expect(page.locator(".whatif-charts svg >> visible=true")).to_have_count(3)
