@@ -39,10 +39,14 @@ class ModelDecisions:
 
     # (job, entry index, instances borrowed), in the order placed.
     admissions: list[tuple[int, int, int]] = field(default_factory=list)
-    # (victim, kind, preemptor or None, fails), in the order stopped.
-    preemptions: list[tuple[int, PreemptionKind, int | None, bool]] = field(default_factory=list)
-    drains: set[int] = field(default_factory=set)
+    # (victim, kind, preemptor or None, fails, graceful), in the order stopped.
+    preemptions: list[tuple[int, PreemptionKind, int | None, bool, bool]] = field(default_factory=list)
+    # job -> graceful
+    drains: dict[int, bool] = field(default_factory=dict)
     timeouts: set[int] = field(default_factory=set)
+    # job -> (entry index, the STOPPING jobs it waits for, sorted)
+    nominations: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    lapsed: list[int] = field(default_factory=list)
     # job -> its 1-based position in its share's queue of jobs left RUNNABLE.
     positions: dict[int, int] = field(default_factory=dict)
 
@@ -99,26 +103,68 @@ def plan_expiring(snap: Snapshot, name: str) -> bool:
     return plan is None or plan.end_time - snap.now <= timedelta(seconds=snap.plan_drain_seconds)
 
 
+def stopping_ids(snap: Snapshot, instance_type: str | None = None) -> set[int]:
+    """STOPPING jobs (on the type's on-demand capacity, when it is given)."""
+    return {
+        j.id
+        for j in snap.jobs
+        if j.status == JobStatus.STOPPING
+        and (
+            instance_type is None
+            or (j.placement.instance_type, j.placement.training_plan) == (instance_type, None)
+        )
+    }
+
+
 class ModelPass:
     def __init__(self, snap: Snapshot):
         self.snap = snap
         self.decisions = ModelDecisions()
         self.placed_in_pass: set[int] = set()
         self.victims: set[int] = set()
+        # Nominations standing in the pass: job -> (entry index, the STOPPING jobs it waits for).
+        self.standing: dict[int, tuple[int, frozenset[int]]] = {}
+
+    # --- graceful stops: the queue now, and once settled ---------------------------------------------------
+
+    def settled(self, except_job: int) -> Snapshot:
+        """Every STOPPING job gone and every other standing nominated job on its earmarked entry."""
+        jobs = []
+        for job in self.snap.jobs:
+            if job.status == JobStatus.STOPPING:
+                continue
+            if job.id in self.standing and job.id != except_job:
+                entry = job.entries[self.standing[job.id][0]]
+                placement = Placement(entry.instance_type, entry.instance_count, None, self.snap.now)
+                job = replace(job, status=JobStatus.SCHEDULED, placement=placement)
+            jobs.append(job)
+        return replace(self.snap, jobs=tuple(jobs))
+
+    def fits(self, job: Job, index: int) -> bool:
+        """Without preemption: now (STOPPING jobs hold their instances) and once settled (earmarks held)."""
+        entry = job.entries[index]
+        if not fits_without_preemption(self.snap, job, entry):
+            return False
+        return entry.training_plan is not None or fits_without_preemption(self.settled(job.id), job, entry)
+
+    def first_fit(self, job: Job) -> int | None:
+        return next((i for i in range(len(job.entries)) if self.fits(job, i)), None)
+
+    def nominate(self, job: Job, index: int) -> None:
+        waits_for = stopping_ids(self.snap, job.entries[index].instance_type)
+        self.standing[job.id] = (index, frozenset(waits_for))
+        self.decisions.nominations[job.id] = (index, tuple(sorted(waits_for)))
 
     # --- housekeeping (SPEC 3.1, and SPEC 2's last rule) --------------------------------------------------
 
-    def drain(self) -> list[Job]:
-        """Jobs on a plan in its drain window go back to RUNNABLE, and may be placed elsewhere at once."""
-        drained = []
+    def drain(self) -> None:
+        """Jobs on a plan in its drain window go back to RUNNABLE, and may be placed elsewhere at once; a job
+        its executor has taken is STOPPING first."""
         for job in self.snap.jobs:
             plan = job.placement.training_plan if job.placement else None
             if job.status in PLACED_STATUSES and plan is not None and plan_expiring(self.snap, plan):
-                self.decisions.drains.add(job.id)
-                back = replace(job, status=JobStatus.RUNNABLE, placement=None, runnable_since=self.snap.now)
-                self.snap = with_job(self.snap, back)
-                drained.append(back)
-        return drained
+                self.decisions.drains[job.id] = job.taken
+                self.snap = with_job(self.snap, self.stopped(job))
 
     def time_out(self) -> None:
         for job in self.snap.jobs:
@@ -127,20 +173,26 @@ class ModelPass:
         self.snap = reference.without(self.snap, self.decisions.timeouts)
 
     def give_back(self) -> None:
-        for job_id in reference.give_back(self.snap):
+        """STOPPING jobs leave whatever happens: the give-back stops only what is needed besides them."""
+        for job_id in reference.give_back(reference.without(self.snap, stopping_ids(self.snap))):
             self.stop(job_id, PreemptionKind.LIMIT_REDUCED, None)
+
+    def stopped(self, job: Job) -> Job:
+        """A taken job is STOPPING and keeps its instances; one not yet taken is RUNNABLE at once."""
+        if job.taken:
+            return replace(job, status=JobStatus.STOPPING)
+        return replace(job, status=JobStatus.RUNNABLE, placement=None, runnable_since=self.snap.now)
 
     def stop(self, job_id: int, kind: PreemptionKind, preemptor: int | None) -> None:
         job = next(j for j in self.snap.jobs if j.id == job_id)
         retries = job.preemption_retries_before_termination
         fails = retries is not None and job.preemption_count + 1 > retries
-        self.decisions.preemptions.append((job_id, kind, preemptor, fails))
+        self.decisions.preemptions.append((job_id, kind, preemptor, fails, job.taken))
         self.victims.add(job_id)
-        if fails:
+        if fails and not job.taken:
             self.snap = reference.without(self.snap, {job_id})
         else:
-            back = replace(job, status=JobStatus.RUNNABLE, placement=None, runnable_since=self.snap.now)
-            self.snap = with_job(self.snap, back)
+            self.snap = with_job(self.snap, self.stopped(job))
 
     # --- order and placement (SPEC 3.2-3.4) -----------------------------------------------------------------
 
@@ -157,22 +209,61 @@ class ModelPass:
         self.placed_in_pass.add(job.id)
         self.decisions.admissions.append((job.id, index, borrowed))
 
-    def try_place(self, job: Job, *, allow_preemption: bool) -> bool:
-        """The first entry that fits without preemption; else the first that preemption can make room for."""
-        for index, entry in enumerate(job.entries):
-            if fits_without_preemption(self.snap, job, entry):
+    def place_nominated_first(self, jobs: list[Job]) -> None:
+        """Nominated jobs before any other head: placed where they fit, else waiting while a victim stops and
+        their entry fits once settled, else their nomination lapses and they are ordinary heads."""
+        jobs = list(jobs)
+        while jobs:
+            # The order of SPEC 3.2 among them, read afresh after each.
+            job = min(jobs, key=lambda j: head_key(self.snap, j))
+            jobs.remove(job)
+            index = self.first_fit(job)
+            if index is not None:
+                del self.standing[job.id]
                 self.place(job, index)
-                return True
+                continue
+            entry_index, victims = self.standing[job.id]
+            entry = job.entries[entry_index]
+            still_stopping = victims & stopping_ids(self.snap, entry.instance_type)
+            if still_stopping and fits_without_preemption(self.settled(job.id), job, entry):
+                self.standing[job.id] = (entry_index, frozenset(still_stopping))
+            else:
+                del self.standing[job.id]
+
+    def try_place(self, job: Job, *, allow_preemption: bool) -> bool:
+        """The first entry that fits without preemption; else the first that preemption can make room for.
+        A nominated job waits."""
+        if job.id in self.standing:
+            return False
+        index = self.first_fit(job)
+        if index is not None:
+            self.place(job, index)
+            return True
         if not allow_preemption:
             return False
-        found = reference.first_entry_with_victims(self.snap, job, self.placed_in_pass)
-        if found is None:
+        for index, entry in enumerate(job.entries):
+            if entry.training_plan is not None:
+                continue
+            settled = self.settled(job.id)
+            if fits_without_preemption(settled, job, entry):
+                # Room is on its way (instances stopping): no victim, the job waits for them.
+                self.nominate(job, index)
+                return False
+            # Nominated jobs, placed in the settled view, are no victims.
+            victims = reference.victims_for(settled, job, entry, self.placed_in_pass | set(self.standing))
+            if victims is not None:
+                break
+        else:
             return False
-        index, victims = found
+        graceful = False
         for victim_id in victims:
             victim = next(j for j in self.snap.jobs if j.id == victim_id)
             kind = PreemptionKind.RECLAIM if victim.share_id != job.share_id else PreemptionKind.IN_SHARE
+            graceful |= victim.taken
             self.stop(victim_id, kind, job.id)
+        if graceful or not self.fits(job, index):
+            self.nominate(job, index)
+            return False
         self.place(job, index)
         return True
 
@@ -193,6 +284,7 @@ class ModelPass:
         return left
 
     def run(self) -> ModelDecisions:
+        nominated = {j.id for j in self.snap.jobs if j.nomination is not None}
         self.drain()
         self.time_out()
         self.give_back()
@@ -200,11 +292,23 @@ class ModelPass:
         runnable = [j for j in self.snap.jobs if j.status == JobStatus.RUNNABLE and j.id not in self.victims]
         enabled = {s.id for s in self.snap.shares if s.enabled}
         if self.snap.queue_enabled:
-            queues = by_share(j for j in runnable if j.share_id in enabled)
+            runnable = [j for j in runnable if j.share_id in enabled]
+            # A nomination stands while its entry is an on-demand entry of the job.
+            for job in runnable:
+                nomination = job.nomination
+                if nomination is not None and 0 <= nomination.entry_index < len(job.entries):
+                    if job.entries[nomination.entry_index].training_plan is None:
+                        self.standing[job.id] = (nomination.entry_index, nomination.victim_ids)
+            self.place_nominated_first([j for j in runnable if j.id in self.standing])
+            queues = by_share(j for j in runnable if j.id not in self.placed_in_pass)
             left = self.take_heads(queues, allow_preemption=True)
-            if any(preemptor is not None for _, _, preemptor, _ in self.decisions.preemptions):
+            if any(preemptor is not None for _, _, preemptor, _, _ in self.decisions.preemptions):
                 # Work conservation: what the preemptions freed beyond their preemptors' needs.
                 self.take_heads(left, allow_preemption=False)
+        kept = set(self.standing) | self.placed_in_pass
+        self.decisions.lapsed = sorted(
+            job_id for job_id in nominated - kept if job_id not in self.decisions.nominations
+        )
         waiting = by_share(j for j in self.snap.jobs if j.status == JobStatus.RUNNABLE)
         for jobs in waiting.values():
             for position, job in enumerate(jobs, start=1):
