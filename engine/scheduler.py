@@ -26,7 +26,7 @@ from .housekeeping import (
     restore_plan_limits,
     time_out_pending_jobs,
 )
-from .order import HeadOrder, fair_share_of, head_key, queue_key, share_queues
+from .order import HeadOrder, fair_share_of, queue_key, share_queues
 from .preemption import first_fit_with_preemption, preempt, preemption_kind
 from .reasons import (
     PendingReasons,
@@ -119,31 +119,37 @@ class PassRun:
         it is an ordinary head of this pass.
         """
         state = self.state
-        valid = sorted(
-            (job for job in nominated if nomination_still_valid(state, job)),
-            key=lambda job: head_key(job, state.share_under_limit(job.share_id)),
-        )
+        valid = [job for job in nominated if nomination_still_valid(state, job)]
         for job in valid:
             entry = job.entries[job.nomination.entry_index]
             state.earmark(job.share_id, entry.instance_type, entry.instance_count)
         placed: set[int] = set()
-        for job in valid:
-            self.considered.add(job.id)
-            entry = job.entries[job.nomination.entry_index]
-            state.earmark(job.share_id, entry.instance_type, -entry.instance_count)
-            fit = first_fit_without_preemption(state, job)
-            if fit is not None:
-                self.admit(job, fit)
-                self.nomination_holds.add(job.id)
+        # The order of SPEC 3.2, FAIR_SHARE included, kept current as each nominated job is placed.
+        heads = HeadOrder(share_queues(valid), state.share_under_limit, fair_share_of(state))
+        while (job := heads.next_head()) is not None:
+            if self.settle_nomination(job):
                 placed.add(job.id)
-                continue
-            stopping = victims_still_stopping(state, job)
-            holding = state.holding(job.share_id, entry.instance_type)
-            if stopping and fits_once_settled(state, holding, entry.instance_count):
-                state.earmark(job.share_id, entry.instance_type, entry.instance_count)
-                self.waiting[job.id] = (job.nomination.entry_index, stopping)
-                self.nomination_holds.add(job.id)
+            heads.advance(job.share_id)
         return placed
+
+    def settle_nomination(self, job: Job) -> bool:
+        """Place the nominated job, keep it waiting, or let its nomination lapse; True when it was placed."""
+        state = self.state
+        self.considered.add(job.id)
+        entry = job.entries[job.nomination.entry_index]
+        state.earmark(job.share_id, entry.instance_type, -entry.instance_count)
+        fit = first_fit_without_preemption(state, job)
+        if fit is not None:
+            self.admit(job, fit)
+            self.nomination_holds.add(job.id)
+            return True
+        stopping = victims_still_stopping(state, job)
+        holding = state.holding(job.share_id, entry.instance_type)
+        if stopping and fits_once_settled(state, holding, entry.instance_count):
+            state.earmark(job.share_id, entry.instance_type, entry.instance_count)
+            self.waiting[job.id] = (job.nomination.entry_index, stopping)
+            self.nomination_holds.add(job.id)
+        return False
 
     def nominate(self, job: Job, fit: Fit) -> None:
         """The preemptor waits for STOPPING jobs: its entry is earmarked and it is placed by a later pass."""

@@ -13,6 +13,13 @@ from hypothesis import settings as hypothesis_settings
 # HYPOTHESIS_PROFILE=explore searches fresh examples each run instead, remembering failures in .hypothesis/.
 hypothesis_settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
 hypothesis_settings.register_profile("explore", derandomize=False, print_blob=True)
+# HYPOTHESIS_PROFILE=fuzz is explore with many more examples (FUZZ_EXAMPLES, 20,000 by default) for the tests
+# that leave the count to the profile, such as tests/engine/test_model.py: a long local search, not for CI.
+hypothesis_settings.register_profile(
+    "fuzz",
+    parent=hypothesis_settings.get_profile("explore"),
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", 20000)),
+)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from engine import JobStatus, Nomination, PreemptionKind, schedule
+from engine import IdleCapacityAssignment, JobStatus, Nomination, PreemptionKind, schedule
 
 from .builders import (
     LEND,
@@ -427,3 +427,23 @@ def test_an_untaken_limit_reduced_victim_stops_at_once():
 
     assert [(p.job_id, p.graceful) for p in decisions.preemptions] == [(1, False)]
     assert invariant_violations(apply_decisions(snap, decisions)) == []
+
+
+def test_nominated_jobs_are_placed_first_in_fair_share_order():
+    # Two nominations wait for the same stopping job; there is room now for one of them only. The share that
+    # borrows least goes first under FAIR_SHARE, as any head does (SPEC 3.2), the earlier submission under FIFO.
+    lender = share(1, "nlp", LEND, limits={P5: 4})
+    early, late = (share(i, name, LEND_AND_BORROW) for i, name in [(2, "vision"), (3, "speech")])
+    jobs = [
+        placed(1, early, P5, 1),
+        stopping(9, lender, P5, 1),
+        replace(runnable(10, early, entry(P5, 2)), nomination=Nomination(0, frozenset({9}))),
+        replace(runnable(11, late, entry(P5, 2)), nomination=Nomination(0, frozenset({9}))),
+    ]
+    fifo = snapshot({P5: 5}, [lender, early, late], jobs)
+    fair = replace(fifo, idle_capacity_assignment=IdleCapacityAssignment.FAIR_SHARE)
+
+    assert list(admitted(schedule(fifo))) == [10]
+    decisions = schedule(fair)
+    assert list(admitted(decisions)) == [11]
+    assert decisions.lapsed_nominations == []
