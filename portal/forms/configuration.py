@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.db.models import Q
 from django.forms.models import fields_for_model
 
 from portal.forms.fields import DateTimeInput, IdChoiceField
@@ -14,6 +15,7 @@ from scheduling import rules
 from scheduling.models import (
     LENDING_LIMIT_HELP,
     OPTIONAL_SETTINGS,
+    EnvironmentCapacity,
     InstanceType,
     JobQueue,
     QuotaShare,
@@ -69,6 +71,21 @@ class LimitFieldsMixin:
         return proposed
 
 
+def _share_types(share: QuotaShare | None, current: dict[int, int]) -> list[InstanceType]:
+    """The instance types a share's form offers a limit for. A share stays in its queue, so an existing share is
+    offered only what its queue can run (its environment's types and its plans') and what it already has a limit
+    on; a new share, whose queue is picked in the same form, is offered every type."""
+    types = InstanceType.objects.order_by("name")
+    if share is None:
+        return list(types)
+    environment_types = EnvironmentCapacity.objects.filter(
+        service_environment__job_queue=share.job_queue_id
+    ).values("instance_type_id")
+    plan_types = TrainingPlan.objects.filter(job_queue_id=share.job_queue_id).values("instance_type_id")
+    # One statement: the two lists are subqueries.
+    return list(types.filter(Q(pk__in=list(current)) | Q(pk__in=environment_types) | Q(pk__in=plan_types)))
+
+
 class QuotaShareForm(LimitFieldsMixin, forms.Form):
     """A share's fields and its capacity limits, one per instance type."""
 
@@ -114,7 +131,7 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
         if share is not None:
             self.fields["job_queue"].disabled = True
             self.fields["job_queue"].help_text = "A share stays in its queue."
-        self.add_limit_fields(list(InstanceType.objects.order_by("name")), current)
+        self.add_limit_fields(_share_types(share, current), current)
         for type_ in self.instance_types:
             self.fields[f"lending_{type_.pk}"] = forms.IntegerField(
                 label=f"{type_.name} lending limit",

@@ -262,3 +262,16 @@ def test_administration_pages_keep_their_query_budgets(world, client_for, django
             share_data(world, name="nlp", strategy="RESERVE", limits={P5: 4, P4: 8}),
             headers=htmx_headers("limit-sums"),
         )
+
+
+def test_a_share_edit_form_offers_only_the_types_its_queue_can_run(world, client_for):
+    # local.slot is in the instance type table but not in this queue's environment nor in its plans.
+    local = InstanceType.objects.create(name="local.slot", gpu_count=1)
+    page = client_for(world.admin).get(reverse("manage_share_edit", args=[world.speech.pk])).content.decode()
+    ids = type_ids()
+    for name in (P5, P4, G5):
+        assert f'name="limit_{ids[name]}"' in page
+    assert f'name="limit_{local.pk}"' not in page
+    # A new share's queue is picked in the form itself: every type is offered there.
+    new_page = client_for(world.admin).get(reverse("manage_share_new")).content.decode()
+    assert f'name="limit_{local.pk}"' in new_page
