@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -275,3 +276,13 @@ def test_a_share_edit_form_offers_only_the_types_its_queue_can_run(world, client
     # A new share's queue is picked in the form itself: every type is offered there.
     new_page = client_for(world.admin).get(reverse("manage_share_new")).content.decode()
     assert f'name="limit_{local.pk}"' in new_page
+
+
+def test_plan_timeline_labels_near_an_edge_are_anchored_inside_it(world, client_for):
+    page = client_for(world.admin).get(reverse("manage_plans")).content.decode()
+    labels = re.findall(r'<text x="([\d.]+)%" y="13" text-anchor="(\w+)" class="tick">', page)
+    assert labels, "the timeline has date labels"
+    assert any(float(x) >= 90 or float(x) <= 10 for x, _ in labels), labels
+    for x, anchor in labels:
+        expected = "end" if float(x) >= 90 else "start" if float(x) <= 10 else "middle"
+        assert anchor == expected, (x, anchor)
