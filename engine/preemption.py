@@ -24,10 +24,11 @@ never won a second time, and a victim is never taken for room that a nominated j
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Protocol
 
 from . import messages
@@ -184,18 +185,41 @@ def reclaimed_down(state: WorkingState, holding: Holding) -> tuple[int, int]:
     return usage, taken
 
 
+def candidates_of(state: WorkingState, holding: Holding) -> tuple[list[Job], list[int], list[int]]:
+    """Every job of the holding that `next_candidate` would offer, in order, with their priorities and the
+    instances of the first k of them (k = 0..n).
+
+    Kept until one of the holding's victims stops (its victim usage only falls then), so a search no longer
+    walks past the protected jobs at the front of the list again and again.
+    """
+    key = (holding.share.id, holding.instance_type)
+    known = state.candidates.get(key)
+    if known is not None and known[0] == holding.victim_usage and known[1] == state.protections_lifted:
+        return known[2], known[3], known[4]
+    jobs: list[Job] = []
+    index = next_candidate(state, holding)
+    while index is not None:
+        jobs.append(holding.victims[index])
+        index = next_candidate(state, holding, index + 1)
+    priorities = [job.priority for job in jobs]
+    instances = [0, *accumulate(job.placement.instance_count for job in jobs)]
+    state.candidates[key] = (holding.victim_usage, state.protections_lifted, jobs, priorities, instances)
+    return jobs, priorities, instances
+
+
 def in_share_candidates(state: WorkingState, holding: Holding, priority: int) -> Iterator[Job]:
     """In-share: when the share has in_share_preemption, its own jobs of strictly lower priority."""
     if not holding.share.in_share_preemption:
         return
-    index = next_candidate(state, holding)
-    while index is not None and holding.victims[index].priority < priority:
-        yield holding.victims[index]
-        index = next_candidate(state, holding, index + 1)
+    jobs, priorities, _ = candidates_of(state, holding)
+    yield from jobs[: bisect_left(priorities, priority)]
 
 
 def in_share_usage(state: WorkingState, holding: Holding, priority: int) -> int:
-    return sum(job.placement.instance_count for job in in_share_candidates(state, holding, priority))
+    if not holding.share.in_share_preemption:
+        return 0
+    _, priorities, instances = candidates_of(state, holding)
+    return instances[bisect_left(priorities, priority)]
 
 
 def can_end_within_own_quota(state: WorkingState, holding: Holding, count: int, priority: int) -> bool:
