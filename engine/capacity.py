@@ -162,9 +162,9 @@ class WorkingState:
         # (share, type) -> (holding version, protections lifted, usage and victim count once reclaimed down to
         # its limit): see preemption.reclaimed_down.
         self.reclaim_floor: dict[tuple[int, str], tuple[int, bool, int, int]] = {}
-        # (share, type) -> (victim usage, protections lifted, the holding's candidates, their priorities, and
+        # (share, type, protections lifted) -> (victim usage, the holding's candidates, their priorities, and
         # the instances of the first k of them): see preemption.candidates_of.
-        self.candidates: dict[tuple[int, str], tuple[int, bool, list[Job], list[int], list[int]]] = {}
+        self.candidates: dict[tuple[int, str, bool], tuple[int, list[Job], list[int], list[int]]] = {}
         for instance_type in sorted(snapshot.capacity):
             self.ledger(instance_type)
         for share in self.shares.values():

@@ -192,18 +192,23 @@ def candidates_of(state: WorkingState, holding: Holding) -> tuple[list[Job], lis
     Kept until one of the holding's victims stops (its victim usage only falls then), so a search no longer
     walks past the protected jobs at the front of the list again and again.
     """
-    key = (holding.share.id, holding.instance_type)
+    key = (holding.share.id, holding.instance_type, state.protections_lifted)
     known = state.candidates.get(key)
-    if known is not None and known[0] == holding.victim_usage and known[1] == state.protections_lifted:
-        return known[2], known[3], known[4]
-    jobs: list[Job] = []
-    index = next_candidate(state, holding)
-    while index is not None:
-        jobs.append(holding.victims[index])
-        index = next_candidate(state, holding, index + 1)
+    if known is not None and known[0] == holding.victim_usage:
+        return known[1], known[2], known[3]
+    if known is None:
+        jobs: list[Job] = []
+        index = next_candidate(state, holding)
+        while index is not None:
+            jobs.append(holding.victims[index])
+            index = next_candidate(state, holding, index + 1)
+    else:
+        # Victims only ever stop during a pass, and protection does not change: the list only loses jobs.
+        stopped = state.stopped
+        jobs = [job for job in known[1] if job.id not in stopped]
     priorities = [job.priority for job in jobs]
     instances = [0, *accumulate(job.placement.instance_count for job in jobs)]
-    state.candidates[key] = (holding.victim_usage, state.protections_lifted, jobs, priorities, instances)
+    state.candidates[key] = (holding.victim_usage, jobs, priorities, instances)
     return jobs, priorities, instances
 
 
