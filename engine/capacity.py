@@ -41,6 +41,7 @@ class Holding:
         "live_from",
         "stopping",
         "earmarked",
+        "version",
     )
 
     def __init__(self, share: Share, instance_type: str):
@@ -55,6 +56,8 @@ class Holding:
         self.live_from = 0
         self.stopping = 0
         self.earmarked = 0
+        # Bumped whenever the pass changes the holding's usage, stopping, earmarks or live victims.
+        self.version = 0
 
     @property
     def borrowed(self) -> int:
@@ -157,6 +160,12 @@ class WorkingState:
         self.no_fit = FailureMemo()
         # (share, priority) -> smallest count preemption is known not to make room for (see preemption.py).
         self.no_preemption = FailureMemo()
+        # (share, type) -> (holding version, protections lifted, usage and victim count once reclaimed down to
+        # its limit): see preemption.reclaimed_down.
+        self.reclaim_floor: dict[tuple[int, str], tuple[int, bool, int, int]] = {}
+        # (share, type, protections lifted) -> (victim usage, the holding's candidates, their priorities, and
+        # the instances of the first k of them): see preemption.candidates_of.
+        self.candidates: dict[tuple[int, str, bool], tuple[int, list[Job], list[int], list[int]]] = {}
         for instance_type in sorted(snapshot.capacity):
             self.ledger(instance_type)
         for share in self.shares.values():
@@ -280,6 +289,7 @@ class WorkingState:
         """Hold back (`count` > 0) or give up (< 0) instances of the type for a nominated job of the share."""
         holding = self.holding(share_id, instance_type)
         holding.earmarked += count
+        holding.version += 1
         self.ledgers[instance_type].earmarked += count
         self.no_fit.forget(instance_type)
         self.no_preemption.forget(instance_type)
@@ -341,6 +351,7 @@ class WorkingState:
         in_use_or_reserved = max(holding.usage, holding.reserved)
         borrowed = holding.borrowed
         reclaimable = holding.victim_usage if holding.over_limit else 0
+        holding.version += 1
         holding.usage += usage_delta
         holding.victim_usage += victim_delta
         ledger.used += usage_delta

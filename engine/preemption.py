@@ -24,10 +24,11 @@ never won a second time, and a victim is never taken for room that a nominated j
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Protocol
 
 from . import messages
@@ -73,10 +74,17 @@ class VictimSet:
         self._move(victim, victim.placement.instance_count)
         self.reclaimed -= victim.share_id != self.holding.share.id
 
+    def move_share(self, holding: Holding, change: int, victims: int) -> None:
+        """Take (`change` < 0) or put back (> 0) `victims` jobs of another share holding `change` instances."""
+        self._change_usage(holding, change)
+        self.reclaimed -= victims if change > 0 else -victims
+
     def _move(self, victim: Job, change: int) -> None:
-        holding = self.state.holding(victim.share_id, self.holding.instance_type)
+        self._change_usage(self.state.holding(victim.share_id, self.holding.instance_type), change)
+
+    def _change_usage(self, holding: Holding, change: int) -> None:
         before = self.usage_of(holding)
-        after = self.usage[victim.share_id] = before + change
+        after = self.usage[holding.share.id] = before + change
         self.in_use_or_reserved += max(after, holding.reserved) - max(before, holding.reserved)
 
     def fits_within_own_limit(self) -> bool:
@@ -167,18 +175,68 @@ def reclaim_candidates(state: WorkingState, victims: VictimSet) -> Iterator[Job]
             heapq.heappush(cursors, (victim_key(job, job.placement), share_id, following))
 
 
+def reclaimed_down(state: WorkingState, holding: Holding) -> tuple[int, int]:
+    """What `reclaim_candidates` takes from another share's holding when it takes all it offers: the share's
+    settled usage once its victims are taken in order while it is over its limit, and how many it takes.
+
+    Remembered per holding until the pass changes it (`Holding.version`), so the searches of a pass walk a
+    share's victims once per change of the share instead of once per search.
+    """
+    key = (holding.share.id, holding.instance_type)
+    known = state.reclaim_floor.get(key)
+    if known is not None and known[0] == holding.version and known[1] == state.protections_lifted:
+        return known[2], known[3]
+    usage = state.settled_usage(holding)
+    taken = 0
+    index = next_candidate(state, holding) if usage > holding.limit else None
+    while index is not None and usage > holding.limit:
+        usage -= holding.victims[index].placement.instance_count
+        taken += 1
+        index = next_candidate(state, holding, index + 1)
+    state.reclaim_floor[key] = (holding.version, state.protections_lifted, usage, taken)
+    return usage, taken
+
+
+def candidates_of(state: WorkingState, holding: Holding) -> tuple[list[Job], list[int], list[int]]:
+    """Every job of the holding that `next_candidate` would offer, in order, with their priorities and the
+    instances of the first k of them (k = 0..n).
+
+    Kept until one of the holding's victims stops (its victim usage only falls then), so a search no longer
+    walks past the protected jobs at the front of the list again and again.
+    """
+    key = (holding.share.id, holding.instance_type, state.protections_lifted)
+    known = state.candidates.get(key)
+    if known is not None and known[0] == holding.victim_usage:
+        return known[1], known[2], known[3]
+    if known is None:
+        jobs: list[Job] = []
+        index = next_candidate(state, holding)
+        while index is not None:
+            jobs.append(holding.victims[index])
+            index = next_candidate(state, holding, index + 1)
+    else:
+        # Victims only ever stop during a pass, and protection does not change: the list only loses jobs.
+        stopped = state.stopped
+        jobs = [job for job in known[1] if job.id not in stopped]
+    priorities = [job.priority for job in jobs]
+    instances = [0, *accumulate(job.placement.instance_count for job in jobs)]
+    state.candidates[key] = (holding.victim_usage, jobs, priorities, instances)
+    return jobs, priorities, instances
+
+
 def in_share_candidates(state: WorkingState, holding: Holding, priority: int) -> Iterator[Job]:
     """In-share: when the share has in_share_preemption, its own jobs of strictly lower priority."""
     if not holding.share.in_share_preemption:
         return
-    index = next_candidate(state, holding)
-    while index is not None and holding.victims[index].priority < priority:
-        yield holding.victims[index]
-        index = next_candidate(state, holding, index + 1)
+    jobs, priorities, _ = candidates_of(state, holding)
+    yield from jobs[: bisect_left(priorities, priority)]
 
 
 def in_share_usage(state: WorkingState, holding: Holding, priority: int) -> int:
-    return sum(job.placement.instance_count for job in in_share_candidates(state, holding, priority))
+    if not holding.share.in_share_preemption:
+        return 0
+    _, priorities, instances = candidates_of(state, holding)
+    return instances[bisect_left(priorities, priority)]
 
 
 def can_end_within_own_quota(state: WorkingState, holding: Holding, count: int, priority: int) -> bool:
@@ -246,9 +304,61 @@ def reclaim_first_search(state: WorkingState, job: Job, entry: Entry) -> tuple[J
     if not can_end_within_own_quota(state, holding, entry.instance_count, job.priority):
         return None
     victims = VictimSet(state, holding, entry.instance_count)
+    if not within_own_quota(holding, victims.usage_of(holding) + entry.instance_count):
+        decided, chosen = in_share_after_all_reclaim(state, victims, job.priority)
+        if decided:
+            return chosen
+        victims = VictimSet(state, holding, entry.instance_count)
     candidates = chain(reclaim_candidates(state, victims), in_share_candidates(state, holding, job.priority))
     taken = take_until(victims, candidates, victims.fits_within_own_limit)
     return None if taken is None else tuple(put_back_until_minimal(victims, taken, victims.makes_room))
+
+
+def in_share_after_all_reclaim(
+    state: WorkingState, victims: VictimSet, priority: int
+) -> tuple[bool, tuple[Job, ...] | None]:
+    """`reclaim_first_search` for a share that needs its own lower-priority jobs gone to end within its limit,
+    deciding as it does without taking the reclaim candidates one by one: (True, its answer), or (False, None)
+    when only the search itself can tell.
+
+    Reclaim victims leave the share's own usage as it is, so the search takes every reclaim candidate before
+    the job can fit: each share's run of them at once (`reclaimed_down`). The in-share candidates are then
+    taken one by one as in the search. The first put-back round returns the in-share victims one by one as
+    well, then the reclaim victims, last taken first: the share's usage is settled by then and every return
+    only adds to invariant B's sum, so when the job still fits with all of them back, each return on the way
+    kept it fitting and all go back. Otherwise (some reclaim victim must stay) it cannot tell.
+    """
+    holding = victims.holding
+    reclaim: list[tuple[Holding, int, int]] = []
+    for other in state.holdings_of_type(holding.instance_type):
+        if other is not holding and victims.still_over_limit(other):
+            usage, count = reclaimed_down(state, other)
+            if count:
+                reclaim.append((other, victims.usage_of(other) - usage, count))
+    for other, instances, count in reclaim:
+        victims.move_share(other, -instances, count)
+    taken = take_until(victims, in_share_candidates(state, holding, priority), victims.fits_within_own_limit)
+    if taken is None:
+        return True, None
+    needed: list[Job] = []
+    for victim in reversed(taken):
+        victims.put_back(victim)
+        if not victims.makes_room():
+            victims.take(victim)
+            needed.append(victim)
+    needed.reverse()
+    if not reclaim:
+        kept = (
+            needed
+            if len(needed) == len(taken)
+            else put_back_until_minimal(victims, needed, victims.makes_room)
+        )
+        return True, tuple(kept)
+    for other, instances, count in reclaim:
+        victims.move_share(other, instances, count)
+    if not victims.makes_room():
+        return False, None
+    return True, tuple(put_back_until_minimal(victims, needed, victims.makes_room))
 
 
 def in_share_alone_fallback(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ...] | None:

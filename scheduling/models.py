@@ -675,6 +675,14 @@ class Event(models.Model):
             models.Index(fields=["kind", "id"], name="event_kind_id_idx"),
             models.Index(fields=["quota_share", "created_at"], name="event_share_created_idx"),
             models.Index(fields=["job_queue", "created_at"], name="event_queue_created_idx"),
+            # Deleting jobs makes PostgreSQL check, per job, that no event still names it as `other_job`:
+            # without an index that is a scan of the whole event log per deleted job. Only preemption events
+            # name another job, so the partial index stays small and most event inserts never touch it.
+            models.Index(
+                fields=["other_job"],
+                name="event_other_job_idx",
+                condition=models.Q(other_job__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

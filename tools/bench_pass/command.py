@@ -68,12 +68,22 @@ class Command(BaseCommand):
         parser.add_argument("--repeat", type=int, default=7)
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the traced pass")
+        parser.add_argument(
+            "--engine-only",
+            action="store_true",
+            help="time schedule() on the synthetic snapshot itself at a tenth and the full size; no database",
+        )
 
     def handle(self, *args, runnable, placed, shares, types, repeat, seed, memory, **options):
         if not 1 <= shares <= 20 or not 1 <= types <= 8 or runnable < 1 or placed < 0 or repeat < 1:
             raise CommandError(
                 "need 1 <= --shares <= 20, 1 <= --types <= 8, --runnable >= 1, --placed >= 0, --repeat >= 1"
             )
+        if options.get("engine_only"):
+            self.engine_only(
+                runnable=runnable, placed=placed, shares=shares, types=types, repeat=repeat, seed=seed
+            )
+            return
         require_scratch_database()
         # A line per decision would bury the figures.
         logging.getLogger("quotaportal.scheduling").setLevel(logging.WARNING)
@@ -139,6 +149,38 @@ class Command(BaseCommand):
             self.stdout.write("  alive when the writes begin, by line (tracemalloc):")
             for line in full["top"]:
                 self.stdout.write(f"    {line}")
+
+    def engine_only(self, *, runnable, placed, shares, types, repeat, seed) -> None:
+        """`schedule()` on the snapshot `engine.synthetic` builds, no database: how the engine alone grows."""
+        self.stdout.write(
+            f"engine only: {runnable} RUNNABLE + {placed} placed jobs and a tenth of that, {shares} shares, "
+            f"{types} types, median of {repeat}"
+        )
+        times = {}
+        for size in (10, 1):
+            snap = synthetic.build_synthetic_snapshot(
+                runnable=max(1, runnable // size),
+                placed=placed // size,
+                shares=shares,
+                types=types,
+                seed=seed,
+            )
+            runs, cpu = [], []
+            for _ in range(repeat):
+                started, started_cpu = time.perf_counter(), time.process_time()
+                decisions = engine.schedule(snap)
+                runs.append(time.perf_counter() - started)
+                cpu.append(time.process_time() - started_cpu)
+            times[size] = statistics.median(runs), statistics.median(cpu)
+            self.stdout.write(
+                f"  {len(snap.jobs)} jobs: engine {times[size][0]:.3f} s, CPU {times[size][1]:.3f} s "
+                f"({len(decisions.admissions)} admitted, {len(decisions.preemptions)} preempted)"
+            )
+        # CPU time as well: on a shared machine the process's own CPU is steadier than the clock.
+        self.stdout.write(
+            f"  full / tenth: {times[1][0] / times[10][0]:.1f}x (CPU {times[1][1] / times[10][1]:.1f}x) "
+            "for 10x the jobs"
+        )
 
     def measure(self, *, runnable, placed, shares, types, repeat, seed, memory=False) -> dict:
         snap = synthetic.build_synthetic_snapshot(

@@ -1,0 +1,89 @@
+"""The reclaim-first search decides the same whether it takes the reclaim candidates one by one or a share's
+run of them at once (`preemption.in_share_after_all_reclaim`)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import Entry, Job, Snapshot, preemption, schedule
+from engine.synthetic import build_synthetic_snapshot
+from engine.types import PLACED_STATUSES
+
+from .builders import NOW
+from .test_properties import contended_types, placed_jobs
+
+
+def one_by_one(state, victims, priority):
+    return False, None
+
+
+def both_ways(snap: Snapshot, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object, int]:
+    """The decisions with the shortcut, without it, and how often the shortcut decided."""
+    shortcut = preemption.in_share_after_all_reclaim
+    decided = 0
+
+    def counting(state, victims, priority):
+        nonlocal decided
+        answer = shortcut(state, victims, priority)
+        decided += answer[0]
+        return answer
+
+    with monkeypatch.context() as patch:
+        patch.setattr(preemption, "in_share_after_all_reclaim", counting)
+        fast = schedule(snap)
+    with monkeypatch.context() as patch:
+        patch.setattr(preemption, "in_share_after_all_reclaim", one_by_one)
+        slow = schedule(snap)
+    return fast, slow, decided
+
+
+def taken_by_executors(snap: Snapshot, seed: int) -> Snapshot:
+    """Most placed jobs taken by an executor, so their preemption is a graceful stop (the type settles)."""
+    rng = random.Random(seed)
+    jobs = tuple(
+        replace(job, taken=rng.random() < 0.7) if job.status in PLACED_STATUSES else job for job in snap.jobs
+    )
+    return replace(snap, jobs=jobs)
+
+
+@pytest.mark.parametrize("seed", [1, 7, 19])
+@pytest.mark.parametrize("shares,types", [(20, 5), (12, 8), (6, 2)])
+@pytest.mark.parametrize("graceful", [False, True])
+def test_synthetic_queues_get_the_same_decisions_and_the_shortcut_decides(
+    seed, shares, types, graceful, monkeypatch
+):
+    snap = build_synthetic_snapshot(runnable=1500, placed=300, shares=shares, types=types, seed=seed)
+    if graceful:
+        snap = taken_by_executors(snap, seed)
+    fast, slow, decided = both_ways(snap, monkeypatch)
+    assert fast == slow
+    assert fast.preemptions
+    assert decided > 0
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=contended_types(), rng=st.randoms(use_true_random=True), graceful=st.booleans())
+def test_contended_passes_get_the_same_victims(queue: Snapshot, rng: random.Random, graceful: bool):
+    running = placed_jobs(rng, replace(queue, capacity={"t0": queue.capacity["t0"]}), rng.randint(6, 20))
+    if graceful:
+        running = [replace(job, taken=rng.random() < 0.7) for job in running]
+    waiting = [
+        Job(
+            id=100 + i,
+            share_id=rng.choice(queue.shares).id,
+            priority=rng.choice([1, 5, 9]),
+            submitted_at=NOW - timedelta(seconds=i),
+            entries=tuple(Entry("t0", rng.randint(1, 5)) for _ in range(rng.randint(1, 3))),
+        )
+        for i in range(rng.randint(1, 4))
+    ]
+    before = replace(queue, jobs=tuple(running + waiting))
+    with pytest.MonkeyPatch.context() as patch:
+        fast, slow, _ = both_ways(before, patch)
+    assert fast == slow
