@@ -66,6 +66,33 @@ def _limits_of(obj: models.Model) -> list[rules.LimitInput]:
     ]
 
 
+def _share_limits_write(share: QuotaShare, limits: Sequence[rules.LimitInput]) -> None:
+    """A share's capacity limit rows, one per limit given (the caller has validated them)."""
+    ShareCapacityLimit.objects.bulk_create(
+        ShareCapacityLimit(
+            quota_share=share,
+            instance_type=limit.instance_type,
+            max_capacity=limit.max_capacity,
+            lending_limit=limit.lending_limit,
+        )
+        for limit in limits
+    )
+
+
+def _environment_capacities_write(
+    environment: ServiceEnvironment, limits: Sequence[rules.LimitInput]
+) -> None:
+    """An environment's on-demand capacity rows, one per limit given (the caller has validated them)."""
+    EnvironmentCapacity.objects.bulk_create(
+        EnvironmentCapacity(
+            service_environment=environment,
+            instance_type=limit.instance_type,
+            max_capacity=limit.max_capacity,
+        )
+        for limit in limits
+    )
+
+
 def _config_pass_request(event: Event | None) -> None:
     """Ask for a pass on the queue a recorded change reaches; a change that changed nothing, or of an object
     of no queue (an instance type, a team), asks for none."""
@@ -197,10 +224,7 @@ def service_environment_create(
     environment = ServiceEnvironment(**fields)
     _check_fields(environment)
     environment.save()
-    EnvironmentCapacity.objects.bulk_create(
-        EnvironmentCapacity(service_environment=environment, instance_type=type_, max_capacity=maximum)
-        for type_, maximum in capacities.items()
-    )
+    _environment_capacities_write(environment, limits)
     # No pass: no queue uses an environment yet when it is created.
     config_change_record(
         actor=actor, obj=environment, action="created", before=None, after=config_state(environment)
@@ -231,14 +255,7 @@ def service_environment_update(
     environment.save()
     if limits is not None:
         environment.capacity_limits.all().delete()
-        EnvironmentCapacity.objects.bulk_create(
-            EnvironmentCapacity(
-                service_environment=environment,
-                instance_type=limit.instance_type,
-                max_capacity=limit.max_capacity,
-            )
-            for limit in limits
-        )
+        _environment_capacities_write(environment, limits)
     event = config_change_record(
         actor=actor, obj=environment, action="changed", before=before, after=config_state(environment)
     )
@@ -265,15 +282,7 @@ def quota_share_create(
     )
     _check_fields(share)
     share.save()
-    ShareCapacityLimit.objects.bulk_create(
-        ShareCapacityLimit(
-            quota_share=share,
-            instance_type=limit.instance_type,
-            max_capacity=limit.max_capacity,
-            lending_limit=limit.lending_limit,
-        )
-        for limit in limits
-    )
+    _share_limits_write(share, limits)
     config_change_record(actor=actor, obj=share, action="created", before=None, after=config_state(share))
     pass_request(job_queue_id=share.job_queue_id, trigger="config")
     return share
@@ -329,15 +338,7 @@ def quota_share_update(
     share.save()
     if limits is not None:
         share.capacity_limits.all().delete()
-        ShareCapacityLimit.objects.bulk_create(
-            ShareCapacityLimit(
-                quota_share=share,
-                instance_type=limit.instance_type,
-                max_capacity=limit.max_capacity,
-                lending_limit=limit.lending_limit,
-            )
-            for limit in limits
-        )
+        _share_limits_write(share, limits)
     if "name" in changes:
         Job.objects.filter(quota_share=share).exclude(quota_share_name=share.name).update(
             quota_share_name=share.name
