@@ -93,6 +93,19 @@ class Command(BaseCommand):
                 f"  cold: {cold_passes} passes in {cold:.1f} s = {cold_passes / cold:.0f} passes/s"
             )
             time.sleep(2 * interval)  # the confirming passes after preemptions settle
+            # Each pass that placed someone asked for its queue's start estimates ESTIMATE_INTERVAL_SECONDS
+            # later: those are the cold start's work, not an idle queue's, so the idle window opens only once
+            # the workers hold no task, due now or later.
+            settling = time.perf_counter()
+            cpu_before = cpu_seconds(p.pid for p in processes["workers"])
+            self.wait_until_workers_idle(
+                app, workers=len(processes["workers"]), timeout=settings.ESTIMATE_INTERVAL_SECONDS + 300
+            )
+            self.stdout.write(
+                f"  settling: the cold start's estimates and confirming passes took "
+                f"{time.perf_counter() - settling:.1f} s more, workers' CPU "
+                f"{cpu_seconds(p.pid for p in processes['workers']) - cpu_before:.2f} s"
+            )
 
             since = timezone.now()
             cpu_before = cpu_seconds(p.pid for p in processes["workers"])
@@ -134,6 +147,22 @@ class Command(BaseCommand):
             f"{statistics.median(beat_costs) * 1000:.1f} ms (median of 20)"
         )
         cleanup()
+
+    def wait_until_workers_idle(self, app, *, workers: int, timeout: float) -> None:
+        """Until every worker answers that it has no task running, reserved or scheduled for later (countdowns),
+        twice in a row. A solo worker busy with a task does not answer, which counts as not idle."""
+        deadline = time.monotonic() + timeout
+        quiet = 0
+        while time.monotonic() < deadline:
+            inspect = app.control.inspect(timeout=2.0)
+            answers = [inspect.active(), inspect.reserved(), inspect.scheduled()]
+            answered = all(len(answer or {}) >= workers for answer in answers)
+            held = sum(len(tasks) for answer in answers for tasks in (answer or {}).values())
+            quiet = quiet + 1 if answered and held == 0 else 0
+            if quiet >= 2:
+                return
+            time.sleep(1.0)
+        raise CommandError(f"the workers still held tasks after {timeout:.0f} s")
 
     def wait_for_passes(self, queue_ids, since, count, *, timeout, processes) -> None:
         deadline = time.monotonic() + timeout
