@@ -187,6 +187,7 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
     )
     def work(self, request, pk=None):
         environment = self.get_object()
+        executor_services.executor_serves_check(actor=request.user, environment=environment)
         query = s.WorkQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         params = query.validated_data
