@@ -189,9 +189,13 @@ def job_queue_delete(*, job_queue: JobQueue, actor: AbstractBaseUser | None) -> 
 
 @transaction.atomic
 def service_environment_create(
-    *, fields: dict[str, Any], limits: Sequence[rules.LimitInput], actor: AbstractBaseUser | None
+    *,
+    fields: dict[str, Any],
+    limits: Sequence[rules.LimitInput],
+    actor: AbstractBaseUser | None,
+    executor_accounts: Sequence[AbstractBaseUser] = (),
 ) -> ServiceEnvironment:
-    """Create an environment with its on-demand capacity per instance type; audited."""
+    """Create an environment with its on-demand capacity per instance type and the accounts serving it; audited."""
     capacities = _capacities(limits)
     rules.validate_environment_capacity(job_queue=None, capacities=capacities)
     environment = ServiceEnvironment(**fields)
@@ -201,6 +205,7 @@ def service_environment_create(
         EnvironmentCapacity(service_environment=environment, instance_type=type_, max_capacity=maximum)
         for type_, maximum in capacities.items()
     )
+    environment.executor_accounts.set(executor_accounts)
     # No pass: no queue uses an environment yet when it is created.
     config_change_record(
         actor=actor, obj=environment, action="created", before=None, after=config_state(environment)
@@ -215,8 +220,10 @@ def service_environment_update(
     changes: dict[str, Any],
     limits: Sequence[rules.LimitInput] | None,
     actor: AbstractBaseUser | None,
+    executor_accounts: Sequence[AbstractBaseUser] | None = None,
 ) -> ServiceEnvironment:
-    """Change an environment; `limits`, when given, replace its capacities whole (SPEC 2 checks them)."""
+    """Change an environment; `limits`, when given, replace its capacities whole (SPEC 2 checks them), and
+    `executor_accounts`, when given, replace the accounts that serve it (audited with the rest)."""
     job_queue = JobQueue.objects.filter(service_environment_id=environment.pk).first()
     if job_queue is not None:
         # The queue lock orders this change with share changes and passes that read the same capacities.
@@ -239,6 +246,8 @@ def service_environment_update(
             )
             for limit in limits
         )
+    if executor_accounts is not None:
+        environment.executor_accounts.set(executor_accounts)
     event = config_change_record(
         actor=actor, obj=environment, action="changed", before=before, after=config_state(environment)
     )
