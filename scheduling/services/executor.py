@@ -61,7 +61,6 @@ ENDING_REPORTS = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, STOPPED})
 OUTPUT_TAIL_CHARS = 8192
 
 
-@transaction.atomic
 def executor_serves_check(*, actor: AbstractBaseUser | None, environment: ServiceEnvironment) -> None:
     """An executor account acts only on environments it serves (403 naming it); staff and the system on all."""
     if actor is None or actor.is_staff:
@@ -73,6 +72,7 @@ def executor_serves_check(*, actor: AbstractBaseUser | None, environment: Servic
         )
 
 
+@transaction.atomic
 def job_report(
     *,
     job_id: int,
