@@ -197,9 +197,34 @@ class ServiceEnvironmentSerializer(StrictModelSerializer):
         many=True, help_text="on-demand instances of each type it may run at once; written whole"
     )
 
+    executor_accounts = NameField(
+        "executor account",
+        slug_field="username",
+        many=True,
+        required=False,
+        queryset=get_user_model().objects.all(),
+        help_text="usernames of the executor accounts that serve it (shown to staff only); written whole",
+    )
+
     class Meta:
         model = ServiceEnvironment
-        fields = ["id", "name", "state", "executor", "stop_grace_seconds", "lease_seconds", "capacity_limits"]
+        fields = [
+            "id",
+            "name",
+            "state",
+            "executor",
+            "stop_grace_seconds",
+            "lease_seconds",
+            "capacity_limits",
+            "executor_accounts",
+        ]
+
+    def to_representation(self, instance):
+        body = super().to_representation(instance)
+        request = self.context.get("request")
+        if request is None or not request.user.is_staff:
+            body.pop("executor_accounts", None)  # who runs an environment's jobs is for staff to know
+        return body
 
 
 class JobQueueSerializer(StrictModelSerializer):

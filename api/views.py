@@ -153,17 +153,21 @@ class TeamViewSet(ConfigViewSet):
 
 
 class ServiceEnvironmentViewSet(ConfigViewSet):
-    queryset = ServiceEnvironment.objects.prefetch_related(_limits)
+    queryset = ServiceEnvironment.objects.prefetch_related(_limits, "executor_accounts")
     serializer_class = s.ServiceEnvironmentSerializer
 
     def create_object(self, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits"))
-        return config_services.service_environment_create(fields=data, limits=limits, actor=self.request.user)
+        accounts = data.pop("executor_accounts", [])
+        return config_services.service_environment_create(
+            fields=data, limits=limits, actor=self.request.user, executor_accounts=accounts
+        )
 
     def update_object(self, obj, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits", None))
+        accounts = data.pop("executor_accounts", None)
         return config_services.service_environment_update(
-            environment=obj, changes=data, limits=limits, actor=self.request.user
+            environment=obj, changes=data, limits=limits, actor=self.request.user, executor_accounts=accounts
         )
 
     @extend_schema(
@@ -187,6 +191,7 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
     )
     def work(self, request, pk=None):
         environment = self.get_object()
+        executor_services.executor_serves_check(actor=request.user, environment=environment)
         query = s.WorkQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         params = query.validated_data

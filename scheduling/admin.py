@@ -251,16 +251,25 @@ class ServiceEnvironmentAdmin(ServiceAdmin):
     list_display = ("name", "state", "executor")
     list_filter = ("state", "executor")
     inlines = [EnvironmentCapacityInline]
+    filter_horizontal = ("executor_accounts",)
 
     def service_create(self, request, form, formsets) -> models.Model:
         return config_services.service_environment_create(
-            fields=_fields(form), limits=_limits(formsets), actor=request.user
+            fields=_fields(form, leave_out=("executor_accounts",)),
+            limits=_limits(formsets),
+            actor=request.user,
+            executor_accounts=list(form.cleaned_data.get("executor_accounts") or []),
         )
 
     def service_update(self, request, obj, form, formsets) -> models.Model:
         limits = _limits(formsets) if any(formset.has_changed() for formset in formsets) else None
+        accounts = form.cleaned_data.get("executor_accounts")
         return config_services.service_environment_update(
-            environment=obj, changes=_fields(form), limits=limits, actor=request.user
+            environment=obj,
+            changes=_fields(form, leave_out=("executor_accounts",)),
+            limits=limits,
+            actor=request.user,
+            executor_accounts=list(accounts) if "executor_accounts" in form.changed_data else None,
         )
 
 

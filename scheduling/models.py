@@ -109,6 +109,12 @@ class ServiceEnvironment(models.Model):
         validators=[MinValueValidator(MIN_LEASE_SECONDS), MaxValueValidator(MAX_LEASE_SECONDS)],
         help_text="A job taken by an executor that reports nothing for this long is lost (EXECUTOR_LOST).",
     )
+    executor_accounts = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="served_environments",
+        help_text="Executor accounts that may take work from this environment and report on its jobs.",
+    )
 
     class Meta:
         ordering = ["name"]

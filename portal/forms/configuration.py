@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.forms.models import fields_for_model
 
@@ -217,7 +218,23 @@ class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
         self.fields.update(fields_for_model(ServiceEnvironment, fields=list(self.environment_field_names)))
         for name in ("stop_grace_seconds", "lease_seconds"):  # blank: keep the current value or the default
             self.fields[name].required = False
+        # Executor accounts: holders of report_job_status, and whoever serves it now (so a link can be removed).
+        User = get_user_model()
+        holders = Q(user_permissions__codename="report_job_status") | Q(
+            groups__permissions__codename="report_job_status"
+        )
+        serving = Q(served_environments=environment) if environment is not None else Q(pk__in=[])
+        self.fields["executor_accounts"] = forms.ModelMultipleChoiceField(
+            queryset=User.objects.filter(holders | serving).distinct().order_by("username"),
+            required=False,
+            label="Executor accounts",
+            help_text="Accounts that may take this environment's work and report on its jobs (staff always may).",
+            initial=list(environment.executor_accounts.all()) if environment is not None else [],
+        )
         self.add_limit_fields(list(InstanceType.objects.order_by("name")), current)
+
+    def executor_accounts(self) -> list:
+        return list(self.cleaned_data["executor_accounts"])
 
     def environment_fields(self) -> dict:
         fields = {name: self.cleaned_data[name] for name in self.environment_field_names}

@@ -98,13 +98,17 @@ def environment_edit(request, environment_id: int | None = None):
             what="environment",
             to="manage_environments",
             create=lambda: config_services.service_environment_create(
-                fields=form.environment_fields(), limits=form.limit_inputs(), actor=request.user
+                fields=form.environment_fields(),
+                limits=form.limit_inputs(),
+                actor=request.user,
+                executor_accounts=form.executor_accounts(),
             ),
             update=lambda: config_services.service_environment_update(
                 environment=environment,
                 changes=form.environment_fields(),
                 limits=form.limit_inputs(),
                 actor=request.user,
+                executor_accounts=form.executor_accounts(),
             ),
         )
         if saved:
@@ -121,6 +125,7 @@ def environment_edit(request, environment_id: int | None = None):
             "environment": environment,
             "job_queue": job_queue,
             "executors": configuration.executors_of(environment) if environment else [],
+            "served_accounts": form.fields["executor_accounts"].initial,
             "rows": [
                 (field, held.get(type_.pk, 0))
                 for field, type_ in zip(form.limit_bound_fields(), form.instance_types, strict=True)

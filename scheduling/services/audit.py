@@ -32,6 +32,8 @@ def config_state(obj: models.Model) -> dict[str, Any]:
             }
             if lending:
                 state["lending_limits"] = lending
+        if obj._meta.model_name == "serviceenvironment":
+            state["executor_accounts"] = sorted(obj.executor_accounts.values_list("username", flat=True))
         if hasattr(obj, "quota_shares") and obj._meta.model_name == "trainingplan":
             state["quota_shares"] = sorted(obj.quota_shares.values_list("name", flat=True))
     return state

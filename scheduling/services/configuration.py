@@ -216,15 +216,20 @@ def job_queue_delete(*, job_queue: JobQueue, actor: AbstractBaseUser | None) -> 
 
 @transaction.atomic
 def service_environment_create(
-    *, fields: dict[str, Any], limits: Sequence[rules.LimitInput], actor: AbstractBaseUser | None
+    *,
+    fields: dict[str, Any],
+    limits: Sequence[rules.LimitInput],
+    actor: AbstractBaseUser | None,
+    executor_accounts: Sequence[AbstractBaseUser] = (),
 ) -> ServiceEnvironment:
-    """Create an environment with its on-demand capacity per instance type; audited."""
+    """Create an environment with its on-demand capacity per instance type and the accounts serving it; audited."""
     capacities = _capacities(limits)
     rules.validate_environment_capacity(job_queue=None, capacities=capacities)
     environment = ServiceEnvironment(**fields)
     _check_fields(environment)
     environment.save()
     _environment_capacities_write(environment, limits)
+    environment.executor_accounts.set(executor_accounts)
     # No pass: no queue uses an environment yet when it is created.
     config_change_record(
         actor=actor, obj=environment, action="created", before=None, after=config_state(environment)
@@ -239,8 +244,10 @@ def service_environment_update(
     changes: dict[str, Any],
     limits: Sequence[rules.LimitInput] | None,
     actor: AbstractBaseUser | None,
+    executor_accounts: Sequence[AbstractBaseUser] | None = None,
 ) -> ServiceEnvironment:
-    """Change an environment; `limits`, when given, replace its capacities whole (SPEC 2 checks them)."""
+    """Change an environment; `limits`, when given, replace its capacities whole (SPEC 2 checks them), and
+    `executor_accounts`, when given, replace the accounts that serve it (audited with the rest)."""
     job_queue = JobQueue.objects.filter(service_environment_id=environment.pk).first()
     if job_queue is not None:
         # The queue lock orders this change with share changes and passes that read the same capacities.
@@ -256,6 +263,8 @@ def service_environment_update(
     if limits is not None:
         environment.capacity_limits.all().delete()
         _environment_capacities_write(environment, limits)
+    if executor_accounts is not None:
+        environment.executor_accounts.set(executor_accounts)
     event = config_change_record(
         actor=actor, obj=environment, action="changed", before=before, after=config_state(environment)
     )

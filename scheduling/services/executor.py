@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from scheduling.errors import Conflict
+from scheduling.errors import Conflict, NotAllowed
 from scheduling.models import (
     HOLDING_STATUSES,
     EventKind,
@@ -61,6 +61,17 @@ ENDING_REPORTS = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, STOPPED})
 OUTPUT_TAIL_CHARS = 8192
 
 
+def executor_serves_check(*, actor: AbstractBaseUser | None, environment: ServiceEnvironment) -> None:
+    """An executor account acts only on environments it serves (403 naming it); staff and the system on all."""
+    if actor is None or actor.is_staff:
+        return
+    if not environment.executor_accounts.filter(pk=actor.pk).exists():
+        raise NotAllowed(
+            f"account {actor.get_username()} does not serve environment {environment.name}: "
+            "an admin links executor accounts on the environment's edit form"
+        )
+
+
 @transaction.atomic
 def job_report(
     *,
@@ -86,6 +97,8 @@ def job_report(
     if environment is not None and environment.executor != ServiceEnvironment.Executor.EXTERNAL:
         # Another executor's account must not end (or renew) jobs the simulated executor runs.
         raise Conflict(f"{job} runs on environment {environment.name}, whose executor is simulated")
+    if environment is not None:
+        executor_serves_check(actor=actor, environment=environment)
     if attempt is not None and attempt > job.attempt:
         raise Conflict(
             f"attempt {attempt} of {job} was never handed out: its current attempt is {job.attempt}"

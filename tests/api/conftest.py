@@ -37,6 +37,7 @@ def world(db) -> World:
     chen = UserFactory(username="chen")  # member of vision: an outsider to nlp
     executor = UserFactory(username="executor")  # no team; may report job status
     executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+    queue.service_environment.executor_accounts.add(executor)  # it serves gpu-fleet
     admin = UserFactory(username="admin", is_staff=True)
     MembershipFactory(team=team_nlp, user=ana, role=Membership.Role.MEMBER)
     MembershipFactory(team=team_nlp, user=ben, role=Membership.Role.MANAGER)

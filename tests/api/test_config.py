@@ -675,3 +675,24 @@ def test_a_lending_limit_above_max_capacity_or_on_a_reserve_share_is_named_in_th
     response = client_for(world.admin).post(f"{API}/quota-shares/", body, format="json")
     assert response.status_code == 400
     assert "lending_limit 2 must be between 0 and max_capacity 1" in str(response.json())
+
+
+def test_staff_see_and_write_an_environments_executor_accounts_members_do_not_see_them(world, client_for):
+    environment = world.queue.service_environment
+    url = f"{API}/service-environments/{environment.pk}/"
+    assert client_for(world.admin).get(url).json()["executor_accounts"] == ["executor"]
+    assert "executor_accounts" not in client_for(world.users["ana"]).get(url).json()
+    assert "executor_accounts" not in client_for(world.executor).get(url).json()
+
+    unknown = client_for(world.admin).patch(url, {"executor_accounts": ["nobody"]}, format="json")
+    assert unknown.status_code == 400 and "executor_accounts" in unknown.json()
+    assert list(environment.executor_accounts.values_list("username", flat=True)) == ["executor"]
+
+    response = client_for(world.admin).patch(url, {"executor_accounts": []}, format="json")
+    assert response.status_code == 200 and response.json()["executor_accounts"] == []
+    assert not environment.executor_accounts.exists()
+    [event] = audit("scheduling.ServiceEnvironment", "changed")
+    assert (event.data["before"]["executor_accounts"], event.data["after"]["executor_accounts"]) == (
+        ["executor"],
+        [],
+    )

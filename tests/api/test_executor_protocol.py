@@ -309,3 +309,51 @@ def test_concurrent_executors_never_take_the_same_job(world):
     assert failures == []
     assert sorted(taken) == sorted(job.pk for job in jobs)  # each once, none twice
     assert sum(Executor.objects.values_list("jobs_taken", flat=True)) == 3
+
+
+# --- which environments an executor account serves ----------------------------------------------------------
+
+
+@pytest.fixture
+def other_executor(world):
+    """An executor account of another environment: it holds the permission but does not serve gpu-fleet."""
+    from django.contrib.auth.models import Permission
+
+    from tests.factories import ServiceEnvironmentFactory, UserFactory
+
+    account = UserFactory(username="elsewhere-agent")
+    account.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+    ServiceEnvironmentFactory(name="elsewhere").executor_accounts.add(account)
+    return account
+
+
+def test_an_executor_account_polling_an_environment_it_does_not_serve_gets_a_403_naming_it(
+    world, client_for, running, other_executor
+):
+    response = client_for(other_executor).get(work_url(world, executor="intruder"))
+    assert response.status_code == 403
+    assert "gpu-fleet" in response.json()["detail"]
+    running.refresh_from_db()
+    assert running.taken_at is None and not Executor.objects.filter(name="intruder").exists()
+
+
+def test_a_report_on_another_environments_job_is_a_403_and_changes_nothing(
+    world, client_for, running, other_executor
+):
+    client_for(world.executor).get(work_url(world))
+    running.refresh_from_db()
+    before = (running.status, running.lease_expires_at, running.attempt)
+    for status in ("RUNNING", "FAILED", "STOPPED"):
+        response = report(client_for(other_executor), running, status=status, attempt=running.attempt)
+        assert response.status_code == 403
+        assert "gpu-fleet" in response.json()["detail"]
+    running.refresh_from_db()
+    assert (running.status, running.lease_expires_at, running.attempt) == before
+    assert not JobAttempt.objects.filter(job=running, stopped_at__isnull=False).exists()
+
+
+def test_staff_act_on_every_environment_without_being_linked(world, client_for, running):
+    admin = world.users["admin"]
+    assert not world.queue.service_environment.executor_accounts.filter(pk=admin.pk).exists()
+    assert [job["id"] for job in client_for(admin).get(work_url(world)).json()["start"]] == [running.pk]
+    assert report(client_for(admin), running, status="RUNNING", attempt=1).status_code == 200

@@ -319,6 +319,7 @@ def make_world(stack, tmp_path):
         MembershipFactory(team=team, user=member, role=Membership.Role.MEMBER)
         executor = UserFactory(username=f"{tag}-executor")
         executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+        environment.executor_accounts.add(executor)
         world = World(
             stack=stack,
             tmp=tmp_path,

@@ -247,7 +247,10 @@ def test_administration_pages_keep_their_query_budgets(world, client_for, django
         (reverse("manage_queues"), 3),
         (reverse("manage_queue_edit", args=[world.queue.pk]), 6),
         (reverse("manage_environments"), 4),
-        (reverse("manage_environment_edit", args=[environment.pk]), 8),  # 7, and its Executors
+        (
+            reverse("manage_environment_edit", args=[environment.pk]),
+            10,
+        ),  # 7, its Executors and their accounts
         (reverse("manage_shares"), 4),
         (reverse("manage_share_edit", args=[world.nlp.pk]), 10),
         (reverse("manage_share_new"), 6),
@@ -286,3 +289,36 @@ def test_plan_timeline_labels_near_an_edge_are_anchored_inside_it(world, client_
     for x, anchor in labels:
         expected = "end" if float(x) >= 90 else "start" if float(x) <= 10 else "middle"
         assert anchor == expected, (x, anchor)
+
+
+def test_environment_form_links_executor_accounts_audited_and_the_page_names_them(world, client_for):
+    from django.contrib.auth.models import Permission
+
+    from tests.factories import UserFactory
+
+    environment = world.queue.service_environment
+    agent = UserFactory(username="fleet-agent")
+    agent.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+    ids = type_ids()
+    data = {
+        "name": environment.name,
+        "state": "ENABLED",
+        "executor": environment.executor,
+        f"capacity_{ids[P5]}": 8,
+        f"capacity_{ids[P4]}": 16,
+        f"capacity_{ids[G5]}": 24,
+        "executor_accounts": [agent.pk],
+    }
+    url = reverse("manage_environment_edit", args=[environment.pk])
+    assert client_for(world.admin).post(url, data).status_code == 302
+    assert list(environment.executor_accounts.all()) == [agent]
+    event = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, data__id=environment.pk).latest("pk")
+    assert event.data["before"]["executor_accounts"] == [] and event.data["after"]["executor_accounts"] == [
+        "fleet-agent"
+    ]
+    html = client_for(world.admin).get(url).content.decode()
+    served = html[html.index('id="executor-accounts"') :]
+    assert "<strong>fleet-agent</strong>" in served[:300]
+    data["executor_accounts"] = []
+    assert client_for(world.admin).post(url, data).status_code == 302
+    assert not environment.executor_accounts.exists()

@@ -320,3 +320,38 @@ def test_admin_team_members_are_set_and_removed_through_the_service(staff_client
     audited = Event.objects.filter(kind=EventKind.CONFIG_CHANGED)
     actions = sorted(audited.values_list("data__action", flat=True))
     assert actions == ["created", "deleted"]
+
+
+def test_admin_links_executor_accounts_through_the_service_audited(staff_client, queue):
+    from scheduling.models import Event, EventKind
+    from tests.factories import UserFactory
+
+    environment = queue.service_environment
+    agent = UserFactory(username="admin-linked-agent")
+    row = environment.capacity_limits.get()
+    data = {
+        "name": environment.name,
+        "state": "ENABLED",
+        "executor": environment.executor,
+        "stop_grace_seconds": environment.stop_grace_seconds,
+        "lease_seconds": environment.lease_seconds,
+        "executor_accounts": [agent.pk],
+        "capacity_limits-TOTAL_FORMS": "1",
+        "capacity_limits-INITIAL_FORMS": "1",
+        "capacity_limits-MIN_NUM_FORMS": "0",
+        "capacity_limits-MAX_NUM_FORMS": "1000",
+        "capacity_limits-0-id": row.pk,
+        "capacity_limits-0-service_environment": environment.pk,
+        "capacity_limits-0-instance_type": row.instance_type_id,
+        "capacity_limits-0-max_capacity": row.max_capacity,
+    }
+    response = staff_client.post(
+        reverse("admin:scheduling_serviceenvironment_change", args=[environment.pk]), data
+    )
+    assert response.status_code == 302
+    assert list(environment.executor_accounts.all()) == [agent]
+    event = Event.objects.filter(kind=EventKind.CONFIG_CHANGED, data__id=environment.pk).latest("pk")
+    assert (event.data["before"]["executor_accounts"], event.data["after"]["executor_accounts"]) == (
+        [],
+        ["admin-linked-agent"],
+    )

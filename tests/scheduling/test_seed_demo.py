@@ -162,3 +162,22 @@ def test_seed_demo_makes_the_local_environment_its_agent_account_and_token_file(
     (stopping,) = work.json()["stop"]
     assert Job.objects.get(pk=stopping["id"]).status == JobStatus.STOPPING and stopping["deadline"]
     assert Job.objects.get(name="nlp-local-finetune").nominated_entry is not None
+
+
+def test_seed_demos_agent_account_serves_local_and_takes_its_work_through_the_api(settings, tmp_path):
+    from rest_framework.test import APIClient
+
+    from scheduling.models import ServiceEnvironment
+
+    settings.DEBUG = True
+    settings.DEMO_AGENT_TOKEN_FILE = str(tmp_path / "agent-token")
+    seed()
+    seed()  # `make run` seeds again on every start: the link stays one link
+    local = ServiceEnvironment.objects.get(executor_accounts__username="local-agent")
+    assert local.executor == ServiceEnvironment.Executor.EXTERNAL
+    assert list(local.executor_accounts.values_list("username", flat=True)) == ["local-agent"]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Path(settings.DEMO_AGENT_TOKEN_FILE).read_text().strip()}")
+    assert client.get(f"/api/v1/service-environments/{local.pk}/work/").status_code == 200
+    other = ServiceEnvironment.objects.exclude(pk=local.pk).first()  # the simulated fleet: not its own
+    assert client.get(f"/api/v1/service-environments/{other.pk}/work/").status_code == 403

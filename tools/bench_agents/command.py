@@ -148,6 +148,7 @@ class Command(BaseCommand):
         )
         executor = User.objects.create_user(username=f"{PREFIX}-executor")
         executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+        environment.executor_accounts.add(executor)
         admin = User.objects.create_user(username=f"{PREFIX}-admin", is_staff=True)
         return {
             "environment_id": environment.pk,

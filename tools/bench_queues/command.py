@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -126,9 +127,20 @@ class Command(BaseCommand):
             self.wait_for_passes(chosen, since, len(chosen), timeout=120, processes=processes)
             drained = time.perf_counter() - begun
             others = passes_since([q for q in queue_ids if q not in set(chosen)], since)
+            # From the first of their passes to the end of the last: the drain itself, without the wait for
+            # the beat's own clock (0 to one interval) that the time from the submissions includes.
+            runs = list(
+                SchedulingPass.objects.filter(job_queue_id__in=chosen, started_at__gte=since).values_list(
+                    "started_at", "duration_ms"
+                )
+            )
+            first = min(started for started, _ in runs)
+            last_end = max(started + timedelta(milliseconds=ms) for started, ms in runs)
             self.stdout.write(
                 f"  dirty: {len(chosen)} queues with a submission all passed {drained:.1f} s later "
-                f"(beat interval {interval} s); {others} passes on the other queues meanwhile"
+                f"(beat interval {interval} s): the first of their passes began "
+                f"{(first - since).total_seconds():.1f} s after the submissions began, the last ended "
+                f"{(last_end - first).total_seconds():.1f} s after it; {others} passes on the other queues meanwhile"
             )
         finally:
             stop(processes)

@@ -1254,6 +1254,7 @@ def soak_setup(*, clients: int) -> dict:
     User = get_user_model()
     executor = User.objects.create_user(username=f"{PREFIX}executor")
     executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+    queues[EXT_QUEUE].service_environment.executor_accounts.add(executor)  # the agents serve the external one
     # Each job asks for at most its share's limit of a type, so every submission could run on its own.
     team_shares: dict[str, list[tuple[str, str, dict]]] = defaultdict(list)
     for queue_name, specs in ((SIM_QUEUE, SIM_SHARES), (EXT_QUEUE, EXT_SHARES)):

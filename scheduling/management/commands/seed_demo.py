@@ -268,6 +268,7 @@ class Command(BaseCommand):
             agent.set_unusable_password()
             agent.save()
         agent.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+        queue.service_environment.executor_accounts.add(agent)  # it serves `local`, and only that
         token, _ = Token.objects.get_or_create(user=agent)
         path = Path(settings.DEMO_AGENT_TOKEN_FILE)
         path.parent.mkdir(parents=True, exist_ok=True)
