@@ -219,12 +219,14 @@ class ServiceEnvironmentSerializer(StrictModelSerializer):
             "executor_accounts",
         ]
 
-    def to_representation(self, instance):
-        body = super().to_representation(instance)
+    @property
+    def _readable_fields(self):
         request = self.context.get("request")
-        if request is None or not request.user.is_staff:
-            body.pop("executor_accounts", None)  # who runs an environment's jobs is for staff to know
-        return body
+        staff = request is not None and request.user.is_staff
+        for field in super()._readable_fields:
+            # Who runs an environment's jobs is for staff to know: others neither read it nor pay its query.
+            if staff or field.field_name != "executor_accounts":
+                yield field
 
 
 class JobQueueSerializer(StrictModelSerializer):

@@ -153,8 +153,13 @@ class TeamViewSet(ConfigViewSet):
 
 
 class ServiceEnvironmentViewSet(ConfigViewSet):
-    queryset = ServiceEnvironment.objects.prefetch_related(_limits, "executor_accounts")
+    queryset = ServiceEnvironment.objects.prefetch_related(_limits)
     serializer_class = s.ServiceEnvironmentSerializer
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        # Only staff are shown the executor accounts (the serializer leaves the field out for others).
+        return queryset.prefetch_related("executor_accounts") if self.request.user.is_staff else queryset
 
     def create_object(self, data: dict):
         limits = s.limit_inputs(data.pop("capacity_limits"))
