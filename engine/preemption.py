@@ -282,17 +282,24 @@ def take_until(trial: Trial, candidates: Iterable[Job], fits: Callable[[], bool]
     return None
 
 
+def put_back_round(trial: Trial, taken: list[Job], fits: Callable[[], bool]) -> list[Job]:
+    """One round: put back, last taken first, every victim whose return still lets the job fit; the rest, in
+    the order taken."""
+    needed: list[Job] = []
+    for victim in reversed(taken):
+        trial.put_back(victim)
+        if not fits():
+            trial.take(victim)
+            needed.append(victim)
+    needed.reverse()
+    return needed
+
+
 def put_back_until_minimal(trial: Trial, taken: list[Job], fits: Callable[[], bool]) -> list[Job]:
-    """Put back, last taken first, every victim whose return still lets the job fit, until none can be."""
+    """Put back rounds until a round returns nobody."""
     kept = taken
     while True:
-        needed: list[Job] = []
-        for victim in reversed(kept):
-            trial.put_back(victim)
-            if not fits():
-                trial.take(victim)
-                needed.append(victim)
-        needed.reverse()
+        needed = put_back_round(trial, kept, fits)
         if len(needed) == len(kept):
             return needed
         kept = needed
@@ -340,13 +347,7 @@ def in_share_after_all_reclaim(
     taken = take_until(victims, in_share_candidates(state, holding, priority), victims.fits_within_own_limit)
     if taken is None:
         return True, None
-    needed: list[Job] = []
-    for victim in reversed(taken):
-        victims.put_back(victim)
-        if not victims.makes_room():
-            victims.take(victim)
-            needed.append(victim)
-    needed.reverse()
+    needed = put_back_round(victims, taken, victims.makes_room)
     if not reclaim:
         kept = (
             needed
