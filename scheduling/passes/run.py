@@ -103,7 +103,8 @@ def queue_pass_run(*, job_queue_id: int, trigger: str = "beat") -> PassResult:
 
 
 def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: float) -> PassOutcome:
-    """Load, decide, write. The caller holds the queue's row lock in the enclosing transaction."""
+    """Load, decide, write. The caller holds the queue's row lock in the enclosing transaction, taken with
+    `last_sample_at` read beside it (`queue_lock(..., last_sample=...)`)."""
     snap, index = snapshot_load(job_queue=job_queue, now=now)
     snap, settled = stops_settle(
         snap=snap, index=index, lease_seconds=job_queue.service_environment.lease_seconds, now=now
@@ -123,7 +124,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         decisions=decisions,
         index=index,
         now=now,
-        **({"last": job_queue.last_sample} if hasattr(job_queue, "last_sample") else {}),
+        last=job_queue.last_sample,
     )
     stats = decisions.stats
     duration_ms = (time.perf_counter() - started) * 1000

@@ -44,8 +44,6 @@ _SHARE, _REASON, _POSITION, _TEAM = (
     for name in ("quota_share_id", "pending__status_reason", "pending__queue_position", "team_id")
 )
 
-_UNREAD = object()
-
 _FULL_FIELDS = (
     "status",
     "status_reason",
@@ -171,14 +169,10 @@ def usage_sample(
     decisions: et.Decisions,
     index: Index,
     now: datetime,
-    last: datetime | None | object = _UNREAD,
+    last: datetime | None,
 ) -> None:
     """Every SAMPLE_INTERVAL_SECONDS, record per share and type what the charts draw: owned, borrowed,
-    lent. `last`: when the queue was last sampled, if the caller read it (`last_sample_at`)."""
-    if last is _UNREAD:
-        last = ShareUsageSample.objects.filter(quota_share__job_queue_id=job_queue.pk).aggregate(
-            last=Max("taken_at")
-        )["last"]
+    lent. `last`: when the queue was last sampled (`last_sample_at`, read with the queue lock)."""
     if last is not None and (now - last).total_seconds() < settings.SAMPLE_INTERVAL_SECONDS:
         return
     rows, _, _ = accounting.share_usage(
