@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from django import forms
 from django_filters import rest_framework as filters
 
-from scheduling.models import Event, EventKind, Job, JobStatus, QuotaShare, State, TrainingPlan
+from scheduling.models import MAX_ID, Event, EventKind, Job, JobStatus, QuotaShare, State, TrainingPlan
 
 
 class QuotaShareFilter(filters.FilterSet):
@@ -52,12 +52,9 @@ class UtcDateTimeFilter(filters.IsoDateTimeFilter):
         return super().filter(qs, value)
 
 
-# The ids' column (BigAutoField): a larger number overflows the database's comparison (a 500).
-MAX_ID = 9_223_372_036_854_775_807
-
-
 class IdFilter(filters.NumberFilter):
-    """A row id: a whole number the id column can hold; anything else is a 400 naming the parameter."""
+    """A row id: a whole number the id column can hold (a larger one would overflow the database's comparison,
+    a 500); anything else is a 400 naming the parameter."""
 
     field_class = forms.IntegerField
 

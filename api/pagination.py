@@ -20,8 +20,7 @@ from rest_framework.pagination import Cursor, CursorPagination, PageNumberPagina
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-# Ids are bigints: a position past that is no id, and PostgreSQL would refuse to compare with it.
-_MAX_ID = 2**63 - 1
+from scheduling.models import MAX_ID
 
 
 class PageNumbers(PageNumberPagination):
@@ -75,7 +74,8 @@ class IdCursors(CursorPagination):
         """The position as (created_at, id) or (id,), as the ordering keys rows; None if it is not one."""
         by_time = self.ordering[0].lstrip("-") == "created_at"
         *moment, raw_id = position.split(" ") if by_time else [position]
-        if not (raw_id.isascii() and raw_id.isdigit() and int(raw_id) <= _MAX_ID):
+        # A position past the id column's range is no id, and PostgreSQL would refuse to compare with it.
+        if not (raw_id.isascii() and raw_id.isdigit() and int(raw_id) <= MAX_ID):
             return None
         if not by_time:
             return (int(raw_id),)

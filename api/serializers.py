@@ -19,6 +19,8 @@ from rest_framework.validators import UniqueValidator
 from scheduling import rules
 from scheduling.models import (
     MAX_PREFERENCES,
+    MAX_STORED_INT,
+    MIN_STORED_INT,
     Event,
     IdleCapacityAssignment,
     InstanceType,
@@ -39,7 +41,6 @@ from scheduling.services import jobs as job_services
 UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 # What PostgreSQL's integer columns hold. SQLite holds 64 bits, so without these bounds it would keep 2**40
 # seconds, and every pass of the queue would then overflow computing a datetime from it.
-MIN_STORED_INT, MAX_STORED_INT = -2_147_483_648, 2_147_483_647
 STORED_INT_RANGES = {
     "IntegerField": (MIN_STORED_INT, MAX_STORED_INT),
     "PositiveIntegerField": (0, MAX_STORED_INT),

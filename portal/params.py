@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-# The ids' column (BigAutoField: PostgreSQL bigint) and the positive integer columns (PostgreSQL integer).
-MAX_ID = 9_223_372_036_854_775_807
-MAX_STORED_INT = 2_147_483_647
+from scheduling.models import MAX_ID, MAX_STORED_INT
+
+__all__ = ["MAX_ID", "MAX_STORED_INT", "int_param"]
 
 _WHOLE_NUMBER = re.compile(r"-?[0-9]+")
 

@@ -21,6 +21,10 @@ name_validator = RegexValidator(
     NAME_PATTERN, "Use 1 to 128 letters, digits, hyphens or underscores (no spaces).", code="invalid_name"
 )
 
+# What the database's columns hold: ids (BigAutoField: PostgreSQL bigint) and integer columns (PostgreSQL
+# integer; SQLite would hold 64 bits, so every layer bounds input by these, whichever database runs).
+MAX_ID = 9_223_372_036_854_775_807
+MIN_STORED_INT, MAX_STORED_INT = -2_147_483_648, 2_147_483_647
 MAX_SHARES_PER_QUEUE = 20
 MAX_SHARE_LIMITS = 5
 MAX_PAYLOAD_BYTES = 64 * 1024
