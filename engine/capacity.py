@@ -11,9 +11,13 @@ with neither (`TypeLedger.settling` false) has one state, and everything reads a
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .ceilings import reserved_capacity, share_ceiling
 from .types import PLACED_STATUSES, Job, JobStatus, Placement, Plan, Share, Snapshot
+
+if TYPE_CHECKING:
+    from .preemption import Candidates
 
 
 def victim_key(job: Job, placement: Placement) -> tuple[int, float, int]:
@@ -163,9 +167,15 @@ class WorkingState:
         # (share, type) -> (holding version, protections lifted, usage and victim count once reclaimed down to
         # its limit): see preemption.reclaimed_down.
         self.reclaim_floor: dict[tuple[int, str], tuple[int, bool, int, int]] = {}
-        # (share, type, protections lifted) -> (victim usage, the holding's candidates, their priorities, and
-        # the instances of the first k of them): see preemption.candidates_of.
-        self.candidates: dict[tuple[int, str, bool], tuple[int, list[Job], list[int], list[int]]] = {}
+        # (share, type, protections lifted) -> the holding's candidates: see preemption.candidates_of.
+        self.candidates: dict[tuple[int, str, bool], Candidates] = {}
+        # A count of the pass's changes, and per type (for plans, all plans) the count at its last change:
+        # what a check of one type read is still true while its count stays (see refusals.py); and per type
+        # the count at its last change that may make room (a release, a stop, an earmark), not an admission.
+        self.changes = 0
+        self.type_changed: dict[str, int] = {}
+        self.type_eased: dict[str, int] = {}
+        self.plans_changed = 0
         for instance_type in sorted(snapshot.capacity):
             self.ledger(instance_type)
         for share in self.shares.values():
@@ -275,6 +285,7 @@ class WorkingState:
         if placement.training_plan is not None:
             name = placement.training_plan
             self.plan_stopping[name] = self.plan_stopping.get(name, 0) + placement.instance_count
+            self._touch_plans()
         else:
             holding = self.holding(job.share_id, placement.instance_type)
             holding.stopping += placement.instance_count
@@ -290,6 +301,7 @@ class WorkingState:
         holding = self.holding(share_id, instance_type)
         holding.earmarked += count
         holding.version += 1
+        self._touch(instance_type, eased=True)
         self.ledgers[instance_type].earmarked += count
         self.no_fit.forget(instance_type)
         self.no_preemption.forget(instance_type)
@@ -301,6 +313,7 @@ class WorkingState:
         self.no_fit.forget(placement.instance_type)
         if placement.training_plan is not None:
             self.plan_in_use[placement.training_plan] -= placement.instance_count
+            self._touch_plans()
         else:
             victim = job.id not in self.placed_in_pass
             self._adjust(
@@ -341,11 +354,23 @@ class WorkingState:
             name = placement.training_plan
             self.plan_in_use[name] = self.plan_in_use.get(name, 0) + placement.instance_count
             self.plan_jobs.setdefault(name, []).append(job)
+            self._touch_plans()
             return None
         return self.holding(job.share_id, placement.instance_type)
 
+    def _touch(self, instance_type: str, *, eased: bool) -> None:
+        self.changes += 1
+        self.type_changed[instance_type] = self.changes
+        if eased:
+            self.type_eased[instance_type] = self.changes
+
+    def _touch_plans(self) -> None:
+        self.changes += 1
+        self.plans_changed = self.changes
+
     def _adjust(self, holding: Holding, usage_delta: int, victim_delta: int) -> None:
         ledger = self.ledgers[holding.instance_type]
+        self._touch(holding.instance_type, eased=usage_delta < 0 or victim_delta < 0)
         # A placement can put a share over its limit and so make its jobs reclaimable.
         self.no_preemption.forget(holding.instance_type)
         in_use_or_reserved = max(holding.usage, holding.reserved)

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from fractions import Fraction
+from operator import attrgetter
 
 from .capacity import WorkingState
 from .types import IdleCapacityAssignment, Job, JobStatus, Snapshot
 
 QueueKey = tuple[int, datetime, int]
 HeadKey = tuple[int, int, Fraction, datetime, int]
+_queue_key = attrgetter("queue_key")
 
 
 def queue_key(job: Job) -> QueueKey:
-    """A share's queue: higher priority first, then earlier submission, then lower id."""
-    return (-job.priority, job.submitted_at, job.id)
+    """A share's queue: higher priority first, then earlier submission, then lower id (kept on the job)."""
+    return job.queue_key
 
 
 def head_key(job: Job, share_under_limit: bool, borrowed_share: Fraction = Fraction(0)) -> HeadKey:
@@ -55,7 +58,7 @@ def fair_share_of(state: WorkingState) -> Callable[[int], Fraction] | None:
 def share_queues(jobs: Iterable[Job]) -> dict[int, list[Job]]:
     """The RUNNABLE jobs of each share in queue order, shares by id."""
     queues: dict[int, list[Job]] = {}
-    for job in sorted(jobs, key=queue_key):
+    for job in sorted(jobs, key=_queue_key):
         queues.setdefault(job.share_id, []).append(job)
     return dict(sorted(queues.items()))
 
@@ -66,6 +69,15 @@ class HeadOrder:
     A share's key changes when its head moves, its under-limit state flips or (FAIR_SHARE) its borrowing
     changes, each only through a placement or preemption of its own; a stale heap entry is one whose key is no
     longer the share's current key, and is dropped when popped.
+
+    A share all of whose jobs fail as things stand (`refusals.Refusals`) can be *parked*: out of the order,
+    its head left where it is. Taken one by one, its jobs would each fail, at the places their keys give them
+    among the other heads, with no effect; so nothing is taken from it until the state changes. At each change
+    (`passed`), what the heads taken so far went past is noted: the parked share's jobs whose keys come before
+    the head that changed the state were tried before the change, and refused. `unpark` hands those back
+    (they are refused, in queue order) and puts the share back in the order from its first job after them.
+    While parked, a share's own key cannot change (it places nothing; a preemption of its jobs unparks it
+    first, `refresh`), so its jobs' keys are those it had when parked.
     """
 
     def __init__(
@@ -80,6 +92,12 @@ class HeadOrder:
         self._cursor = dict.fromkeys(queues, 0)
         self._key: dict[int, HeadKey | None] = {}
         self._heap: list[tuple[HeadKey, int]] = []
+        # The key of the head last taken; per parked share, its head's key when parked and the furthest key
+        # of a head taken since that changed the state (None: none yet).
+        self.taken_key: HeadKey | None = None
+        self._parked: dict[int, tuple[HeadKey, HeadKey | None]] = {}
+        # Jobs refused by a share's unparking inside a change (`refresh`), for the caller to collect.
+        self.refused: list[tuple[int, list[Job]]] = []
         for share_id in queues:
             self._push(share_id)
 
@@ -89,8 +107,55 @@ class HeadOrder:
             key, share_id = heapq.heappop(self._heap)
             if self._key[share_id] == key:
                 self._key[share_id] = None
+                self.taken_key = key
                 return self._queues[share_id][self._cursor[share_id]]
         return None
+
+    @property
+    def parked(self) -> list[int]:
+        """The parked shares, by when they were parked."""
+        return list(self._parked)
+
+    def parked_head(self, share_id: int) -> Job:
+        return self._queues[share_id][self._cursor[share_id]]
+
+    def park(self, share_id: int) -> None:
+        """The head just taken, and every job behind it, fail as things stand: the share leaves the order."""
+        self._parked[share_id] = (self.taken_key, None)
+
+    def passed(self) -> None:
+        """The head just taken changed the state: the parked shares' jobs before it were refused."""
+        key = self.taken_key
+        for share_id, (parked_at, reach) in self._parked.items():
+            if reach is None or key > reach:
+                self._parked[share_id] = (parked_at, key)
+
+    def unpark(self, share_id: int) -> list[Job]:
+        """Back in the order; returns its jobs refused while it was out (those before the furthest change)."""
+        parked_at, reach = self._parked.pop(share_id)
+        queue, cursor = self._queues[share_id], self._cursor[share_id]
+        end = cursor
+        if reach is not None:
+            under_limit, fair_share = parked_at[0], parked_at[2]
+            end = bisect_left(
+                queue,
+                reach,
+                lo=cursor,
+                key=lambda job: (under_limit, -job.priority, fair_share, job.submitted_at, job.id),
+            )
+        self._cursor[share_id] = end
+        self._push(share_id)
+        return queue[cursor:end]
+
+    def refuse_parked(self) -> dict[int, list[Job]]:
+        """No change is left to come: every job of the parked shares is refused."""
+        refused = {}
+        for share_id in self._parked:
+            queue = self._queues[share_id]
+            refused[share_id] = queue[self._cursor[share_id] :]
+            self._cursor[share_id] = len(queue)
+        self._parked.clear()
+        return refused
 
     def advance(self, share_id: int) -> None:
         """The head was placed or skipped: the share's next job becomes its head."""
@@ -105,8 +170,12 @@ class HeadOrder:
         return rest
 
     def refresh(self, share_id: int) -> None:
-        """The share lost jobs to preemption: its head may move from the over-limit group to the other."""
-        if self._key.get(share_id) is not None:
+        """The share lost jobs to preemption: its head may move from the over-limit group to the other (a
+        parked share comes back, its jobs before the head now taken refused)."""
+        if share_id in self._parked:
+            self.passed()
+            self.refused.append((share_id, self.unpark(share_id)))
+        elif self._key.get(share_id) is not None:
             self._push(share_id)
 
     def _push(self, share_id: int) -> None:

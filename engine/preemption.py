@@ -74,6 +74,28 @@ class VictimSet:
         self._move(victim, victim.placement.instance_count)
         self.reclaimed -= victim.share_id != self.holding.share.id
 
+    def own_slack(self, fits: Callable[[], bool], most: int) -> int:
+        """The most instances, up to `most`, the share's own usage can grow by with `fits` still true.
+
+        `fits` holds now, and only depends on the share's own usage as it grows (fewer instances within its
+        limits, more held in the environment): a bisection finds where it stops holding.
+        """
+        low, high = 0, most
+        while low < high:
+            middle = (low + high + 1) // 2
+            self._change_usage(self.holding, middle)
+            holds = fits()
+            self._change_usage(self.holding, -middle)
+            if holds:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def move_own(self, change: int) -> None:
+        """Take (`change` < 0) or put back (> 0) jobs of the share's own holding, `change` instances in all."""
+        self._change_usage(self.holding, change)
+
     def move_share(self, holding: Holding, change: int, victims: int) -> None:
         """Take (`change` < 0) or put back (> 0) `victims` jobs of another share holding `change` instances."""
         self._change_usage(holding, change)
@@ -188,55 +210,101 @@ def reclaimed_down(state: WorkingState, holding: Holding) -> tuple[int, int]:
         return known[2], known[3]
     usage = state.settled_usage(holding)
     taken = 0
-    index = next_candidate(state, holding) if usage > holding.limit else None
-    while index is not None and usage > holding.limit:
-        usage -= holding.victims[index].placement.instance_count
-        taken += 1
-        index = next_candidate(state, holding, index + 1)
+    if usage > holding.limit:
+        # Take the fewest first candidates that bring it within its limit, or all of them.
+        candidates = candidates_of(state, holding)
+        taken = candidates.fewest_holding(usage - holding.limit)
+        usage -= candidates.instances(taken)
     state.reclaim_floor[key] = (holding.version, state.protections_lifted, usage, taken)
     return usage, taken
 
 
-def candidates_of(state: WorkingState, holding: Holding) -> tuple[list[Job], list[int], list[int]]:
-    """Every job of the holding that `next_candidate` would offer, in order, with their priorities and the
-    instances of the first k of them (k = 0..n).
+class Candidates:
+    """A holding's jobs that `next_candidate` would offer, in order, from `start` on: their priorities
+    (ascending, as the victim order goes) and running instance sums over the whole list."""
+
+    __slots__ = ("victim_usage", "jobs", "priorities", "sums", "start")
+
+    def __init__(self, victim_usage: int, jobs: list[Job]):
+        self.victim_usage = victim_usage
+        self.jobs = jobs
+        self.priorities = [job.priority for job in jobs]
+        self.sums = [0, *accumulate(job.placement.instance_count for job in jobs)]
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.jobs) - self.start
+
+    def first(self, count: int) -> list[Job]:
+        return self.jobs[self.start : self.start + count]
+
+    def below(self, priority: int) -> int:
+        """How many candidates have a priority below `priority` (they come first)."""
+        return bisect_left(self.priorities, priority, lo=self.start) - self.start
+
+    def instances(self, count: int) -> int:
+        """The instances the first `count` candidates hold."""
+        return self.sums[self.start + count] - self.sums[self.start]
+
+    def fewest_holding(self, instances: int) -> int:
+        """The fewest first candidates holding at least `instances` (all of them when none do)."""
+        return min(
+            len(self), bisect_left(self.sums, self.sums[self.start] + instances, lo=self.start) - self.start
+        )
+
+    def all(self) -> list[Job]:
+        return self.jobs[self.start :]
+
+
+def candidates_of(state: WorkingState, holding: Holding) -> Candidates:
+    """Every job of the holding that `next_candidate` would offer (still placed, not protected), in order.
 
     Kept until one of the holding's victims stops (its victim usage only falls then), so a search no longer
-    walks past the protected jobs at the front of the list again and again.
+    walks past the protected jobs at the front of the list again and again. Victims mostly stop from the
+    front: when the first m candidates are stopped and account for all the victim usage lost, the list
+    starts m further on; otherwise it is filtered again.
     """
     key = (holding.share.id, holding.instance_type, state.protections_lifted)
     known = state.candidates.get(key)
-    if known is not None and known[0] == holding.victim_usage:
-        return known[1], known[2], known[3]
+    if known is not None and known.victim_usage == holding.victim_usage:
+        return known
     if known is None:
         jobs: list[Job] = []
         index = next_candidate(state, holding)
         while index is not None:
             jobs.append(holding.victims[index])
             index = next_candidate(state, holding, index + 1)
+        known = Candidates(holding.victim_usage, jobs)
     else:
-        # Victims only ever stop during a pass, and protection does not change: the list only loses jobs.
+        # Victims only ever stop during a pass, and protection does not change: the list only loses jobs,
+        # each taking its instances (at least one) off the victim usage.
         stopped = state.stopped
-        jobs = [job for job in known[1] if job.id not in stopped]
-    priorities = [job.priority for job in jobs]
-    instances = [0, *accumulate(job.placement.instance_count for job in jobs)]
-    state.candidates[key] = (holding.victim_usage, jobs, priorities, instances)
-    return jobs, priorities, instances
+        lost = known.victim_usage - holding.victim_usage
+        jobs, front = known.jobs, known.start
+        while front < len(jobs) and jobs[front].id in stopped:
+            front += 1
+        if known.sums[front] - known.sums[known.start] == lost:
+            known.start = front
+            known.victim_usage = holding.victim_usage
+        else:
+            known = Candidates(holding.victim_usage, [job for job in known.all() if job.id not in stopped])
+    state.candidates[key] = known
+    return known
 
 
 def in_share_candidates(state: WorkingState, holding: Holding, priority: int) -> Iterator[Job]:
     """In-share: when the share has in_share_preemption, its own jobs of strictly lower priority."""
     if not holding.share.in_share_preemption:
         return
-    jobs, priorities, _ = candidates_of(state, holding)
-    yield from jobs[: bisect_left(priorities, priority)]
+    candidates = candidates_of(state, holding)
+    yield from candidates.first(candidates.below(priority))
 
 
 def in_share_usage(state: WorkingState, holding: Holding, priority: int) -> int:
     if not holding.share.in_share_preemption:
         return 0
-    _, priorities, instances = candidates_of(state, holding)
-    return instances[bisect_left(priorities, priority)]
+    candidates = candidates_of(state, holding)
+    return candidates.instances(candidates.below(priority))
 
 
 def can_end_within_own_quota(state: WorkingState, holding: Holding, count: int, priority: int) -> bool:
@@ -249,19 +317,29 @@ def can_end_within_own_quota(state: WorkingState, holding: Holding, count: int, 
 
 def preemption_may_make_room(state: WorkingState, job: Job, entry: Entry) -> bool:
     """Cheap upper bound: other shares' reclaimable over-limit usage plus the share's lower-priority usage."""
-    holding = state.holding(job.share_id, entry.instance_type)
-    ledger = state.ledgers[entry.instance_type]
+    return room_by_preemption_possible(
+        state, job.share_id, job.priority, entry.instance_type, entry.instance_count
+    )
+
+
+def room_by_preemption_possible(
+    state: WorkingState, share_id: int, priority: int, instance_type: str, count: int
+) -> bool:
+    """`preemption_may_make_room` for `count` instances of a job of the share at `priority`. It only gets
+    harder with a larger count or a lower priority (fewer of the share's own jobs rank below it)."""
+    holding = state.holding(share_id, instance_type)
+    ledger = state.ledgers[instance_type]
     if ledger.settling:  # the bound reads the sums of now; the search itself reads the type once settled
         return True
     in_share = 0
     if holding.share.in_share_preemption:
         index = next_candidate(state, holding)
-        if index is not None and holding.victims[index].priority < job.priority:
+        if index is not None and holding.victims[index].priority < priority:
             in_share = holding.victim_usage
     reclaim = ledger.reclaimable - (holding.victim_usage if holding.over_limit else 0)
     if not in_share and not reclaim:
         return False
-    usage_after = holding.usage - in_share + entry.instance_count
+    usage_after = holding.usage - in_share + count
     if not within_own_quota(holding, usage_after):
         if not in_share or not within_share_ceiling(holding, usage_after):
             return False
@@ -284,15 +362,76 @@ def take_until(trial: Trial, candidates: Iterable[Job], fits: Callable[[], bool]
 
 def put_back_round(trial: Trial, taken: list[Job], fits: Callable[[], bool]) -> list[Job]:
     """One round: put back, last taken first, every victim whose return still lets the job fit; the rest, in
-    the order taken."""
+    the order taken.
+
+    In a victim set, a run of the share's own jobs is put back at once: while it runs only the share's own
+    usage grows, and the job fits with d more instances of it exactly while d is at most the set's slack
+    (`VictimSet.own_slack`), so a victim goes back exactly when its instances are within what is left of it.
+    """
     needed: list[Job] = []
-    for victim in reversed(taken):
+    own = trial.holding.share.id if isinstance(trial, VictimSet) else None
+    index = len(taken) - 1
+    while index >= 0:
+        victim = taken[index]
+        if victim.share_id == own:
+            start = index
+            while start > 0 and taken[start - 1].share_id == own:
+                start -= 1
+            run = taken[start : index + 1]
+            most = sum(job.placement.instance_count for job in run)
+            slack = trial.own_slack(fits, most)
+            returned = 0
+            for job in reversed(run):
+                count = job.placement.instance_count
+                if count <= slack:
+                    slack -= count
+                    returned += count
+                else:
+                    needed.append(job)
+            trial.move_own(returned)
+            index = start - 1
+            continue
         trial.put_back(victim)
         if not fits():
             trial.take(victim)
             needed.append(victim)
+        index -= 1
     needed.reverse()
     return needed
+
+
+def take_own_until(
+    victims: VictimSet, state: WorkingState, priority: int, fits: Callable[[], bool]
+) -> list[Job] | None:
+    """`take_until` over `in_share_candidates`: the share's own lower-priority jobs, the fewest first ones
+    (at least one) after which the job fits, or None. Taking more of them only lowers the share's own usage,
+    so whether it fits only turns from no to yes along the list: a bisection on their running sums."""
+    holding = victims.holding
+    if not holding.share.in_share_preemption:
+        return None
+    candidates = candidates_of(state, holding)
+    available = candidates.below(priority)
+    if not available:
+        return None
+
+    def fits_after(k: int) -> bool:
+        victims.move_own(-candidates.instances(k))
+        holds = fits()
+        victims.move_own(candidates.instances(k))
+        return holds
+
+    if not fits_after(available):
+        victims.move_own(-candidates.instances(available))
+        return None
+    low, high = 1, available
+    while low < high:
+        middle = (low + high) // 2
+        if fits_after(middle):
+            high = middle
+        else:
+            low = middle + 1
+    victims.move_own(-candidates.instances(low))
+    return candidates.first(low)
 
 
 def put_back_until_minimal(trial: Trial, taken: list[Job], fits: Callable[[], bool]) -> list[Job]:
@@ -344,7 +483,7 @@ def in_share_after_all_reclaim(
                 reclaim.append((other, victims.usage_of(other) - usage, count))
     for other, instances, count in reclaim:
         victims.move_share(other, -instances, count)
-    taken = take_until(victims, in_share_candidates(state, holding, priority), victims.fits_within_own_limit)
+    taken = take_own_until(victims, state, priority, victims.fits_within_own_limit)
     if taken is None:
         return True, None
     needed = put_back_round(victims, taken, victims.makes_room)
@@ -368,9 +507,7 @@ def in_share_alone_fallback(state: WorkingState, job: Job, entry: Entry) -> tupl
     if not holding.share.in_share_preemption:
         return None
     victims = VictimSet(state, holding, entry.instance_count)
-    taken = take_until(
-        victims, in_share_candidates(state, holding, job.priority), victims.fits_within_borrow_limit
-    )
+    taken = take_own_until(victims, state, job.priority, victims.fits_within_borrow_limit)
     return None if taken is None else tuple(put_back_until_minimal(victims, taken, victims.makes_room))
 
 

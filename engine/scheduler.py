@@ -36,6 +36,7 @@ from .reasons import (
     queue_disabled_reason,
     share_disabled_reason,
 )
+from .refusals import Refusals
 from .types import (
     Admission,
     Decisions,
@@ -100,6 +101,9 @@ def victims_still_stopping(state: WorkingState, job: Job) -> list[int]:
 @dataclass
 class PassRun:
     """The decisions of one pass so far, and what became of each job it looked at."""
+
+    # Park shares that refuse all (`refusals`); off only to hold it to taking every head one by one.
+    park_refusing_shares = True
 
     state: WorkingState
     decisions: Decisions = field(default_factory=Decisions)
@@ -176,23 +180,57 @@ class PassRun:
         self.decisions.lapsed_nominations.extend(sorted(job_ids))
 
     def place_in_order(self, queues: dict[int, list[Job]], *, allow_preemption: bool) -> dict[int, list[Job]]:
-        """Take the best head across shares until none is left; returns each share's jobs left unplaced."""
-        strict = self.state.snapshot.ordering == Ordering.STRICT_FIFO
-        heads = HeadOrder(queues, self.state.share_under_limit, fair_share_of(self.state))
+        """Take the best head across shares until none is left; returns each share's jobs left unplaced.
+
+        Under BEST_EFFORT_FIFO a share none of whose jobs can be placed or preempt for as things stand is
+        parked (`HeadOrder.park`, `refusals`): its jobs are refused in bulk, exactly where one by one they
+        would have been, and after each change of state a parked share is asked again.
+        """
+        state = self.state
+        strict = state.snapshot.ordering == Ordering.STRICT_FIFO
+        heads = HeadOrder(queues, state.share_under_limit, fair_share_of(state))
+        refusals = None
+        if not strict and self.park_refusing_shares:
+            refusals = Refusals(state, allow_preemption=allow_preemption)
         left: dict[int, list[Job]] = {share_id: [] for share_id in queues}
         self.held_behind = {}
+
+        def refused(share_id: int, jobs: list[Job]) -> None:
+            left[share_id].extend(jobs)
+            self.considered.update(job.id for job in jobs)
+
         while (job := heads.next_head()) is not None:
+            share_id = job.share_id
+            if refusals is not None and refusals.refuses_all(share_id, job.priority):
+                heads.park(share_id)
+                continue
             self.considered.add(job.id)
-            if self.try_place(job, heads, allow_preemption=allow_preemption):
-                heads.advance(job.share_id)
+            changes = state.changes
+            placed = self.try_place(job, heads, allow_preemption=allow_preemption)
+            for share_refused in heads.refused:
+                refused(*share_refused)
+            heads.refused.clear()
+            if placed:
+                heads.advance(share_id)
             elif strict:
-                blocked = heads.block(job.share_id)
-                left[job.share_id].extend(blocked)
+                blocked = heads.block(share_id)
+                left[share_id].extend(blocked)
                 for held in blocked[1:]:
                     self.held_behind[held.id] = job.id
             else:
-                left[job.share_id].append(job)
-                heads.advance(job.share_id)
+                left[share_id].append(job)
+                heads.advance(share_id)
+            if state.changes != changes and refusals is not None and heads.parked:
+                heads.passed()
+                touched = [name for name, at in state.type_changed.items() if at > changes]
+                plans = state.plans_changed > changes
+                for parked in heads.parked:
+                    head = heads.parked_head(parked)
+                    if not refusals.still_refuses(parked, head.priority, touched, plans):
+                        refused(parked, heads.unpark(parked))
+        if refusals is not None:
+            for share_id, jobs in heads.refuse_parked().items():
+                refused(share_id, jobs)
         return left
 
     def sweep(self, left: dict[int, list[Job]]) -> dict[int, list[Job]]:
@@ -205,9 +243,11 @@ class PassRun:
         """
         if self.state.snapshot.ordering == Ordering.STRICT_FIFO:
             return self.place_in_order(left, allow_preemption=False)
+        refusals = Refusals(self.state, allow_preemption=False) if self.park_refusing_shares else None
         candidates = {
             share_id: [job for job in jobs if first_fit_without_preemption(self.state, job) is not None]
             for share_id, jobs in left.items()
+            if jobs and (refusals is None or not refusals.refuses_all(share_id, jobs[0].priority))
         }
         if any(candidates.values()):
             self.place_in_order(candidates, allow_preemption=False)

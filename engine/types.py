@@ -140,6 +140,12 @@ class Job:
     nomination: Nomination | None = None
     name: str = ""
     team_id: int | None = None
+    # Its place in its share's queue (SPEC 3.2: higher priority first, then earlier submission, then lower id),
+    # worked out once: a pass sorts and compares it for every RUNNABLE job it is given.
+    queue_key: tuple[int, datetime, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queue_key", (-self.priority, self.submitted_at, self.id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +276,6 @@ class Decisions:
     timeouts: list[Timeout] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
     nominations: list[Nominate] = field(default_factory=list)
-    lapsed_nominations: list[int] = field(default_factory=list)
-    stats: PassStats = field(default_factory=PassStats)
-    nominations: list[Nominate] = field(default_factory=list)
     # Jobs whose nomination (from the snapshot) ends in this pass without an admission or a new nomination.
     lapsed_nominations: list[int] = field(default_factory=list)
+    stats: PassStats = field(default_factory=PassStats)
