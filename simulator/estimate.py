@@ -456,6 +456,7 @@ class _ForwardSimulation(Simulation):
         self.placed_type: dict[int, str] = {}
         self.ended: list[tuple[float, str]] = []
         self.problems: dict[tuple[str, tuple[Entry, ...]], str | None] = {}
+        self.entry_problems: dict[tuple[str, Entry], str | None] = {}
         if lean and isinstance(self.decider, ShortcutDecider):
             # A busy queue's passes would mostly preempt a summed holding of such a share, then nobody among
             # its real jobs: each pass run twice (`shortcuts`, point 1).
@@ -491,12 +492,15 @@ class _ForwardSimulation(Simulation):
             return super()._submission_problem(job)
         key = (job.share, job.entries)  # read at the replay's start: the same for every job of the share
         if key not in self.problems:
-            problems = [
-                entry_problem(self.config, self.share_configs[job.share], entry, self.start)
-                for entry in job.entries
-            ]
+            problems = [self._entry_problem(job.share, entry) for entry in job.entries]
             self.problems[key] = "no entry can ever run: " + "; ".join(problems) if all(problems) else None
         return self.problems[key]
+
+    def _entry_problem(self, share: str, entry: Entry) -> str | None:
+        key = (share, entry)  # many preference lists share their entries
+        if key not in self.entry_problems:
+            self.entry_problems[key] = entry_problem(self.config, self.share_configs[share], entry, self.start)
+        return self.entry_problems[key]
 
     def _runnable_job(self, outcome):
         since = self.runnable_since.get(outcome.job.id)
