@@ -499,7 +499,9 @@ class _ForwardSimulation(Simulation):
     def _entry_problem(self, share: str, entry: Entry) -> str | None:
         key = (share, entry)  # many preference lists share their entries
         if key not in self.entry_problems:
-            self.entry_problems[key] = entry_problem(self.config, self.share_configs[share], entry, self.start)
+            self.entry_problems[key] = entry_problem(
+                self.config, self.share_configs[share], entry, self.start
+            )
         return self.entry_problems[key]
 
     def _runnable_job(self, outcome):
