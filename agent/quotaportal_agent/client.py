@@ -1,12 +1,15 @@
 """quotaportal's REST API as the agent uses it: the work long-poll, reports, and finding an environment.
 
 No method raises on a server outage: a poll that fails returns None, a report says whether to retry, and the
-caller waits with a `Backoff` before trying again.
+caller waits with a `Backoff` before trying again. An answer is read up to `max_answer_bytes` (a work document
+of hundreds of jobs is some kilobytes); a longer one is taken as a server fault, like an outage, so a broken or
+hostile server cannot make the agent hold an answer of any size, nor list environments without end.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import random
 import threading
@@ -18,6 +21,27 @@ import requests
 log = logging.getLogger(__name__)
 
 USER_AGENT = "quotaportal-agent/0.1"
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+MAX_ENVIRONMENT_PAGES = 1000
+
+
+class AnswerTooLarge(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A server's answer, read whole but never beyond the client's cap."""
+
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
 
 
 class Delivery(enum.Enum):
@@ -53,9 +77,19 @@ class Backoff:
 
 
 class Client:
-    def __init__(self, url: str, token: str, *, timeout: float = 10.0, executor: str = "", host: str = ""):
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        executor: str = "",
+        host: str = "",
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+    ):
         self.base = url.rstrip("/") + "/api/v1"
         self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
         # Who polls: the server lists this executor's jobs to stop, and shows it on the environment's page.
         self.identity = {key: value for key, value in (("executor", executor), ("host", host)) if value}
         self._local = threading.local()  # a requests.Session is not thread-safe: one per thread
@@ -72,15 +106,27 @@ class Client:
             self._local.session.headers.update(self._headers)
         return self._local.session
 
+    def _ask(self, method: str, url: str, **kwargs: Any) -> Answer:
+        """One request, its answer read in pieces up to the cap (`AnswerTooLarge` past it)."""
+        with self.session.request(method, url, stream=True, **kwargs) as response:
+            content, size = [], 0
+            for piece in response.iter_content(chunk_size=64 * 1024):
+                size += len(piece)
+                if size > self.max_answer_bytes:
+                    raise AnswerTooLarge(f"{method} {url} answered more than {self.max_answer_bytes} bytes")
+                content.append(piece)
+            return Answer(response.status_code, b"".join(content))
+
     def work(self, environment_id: int, instance_type: str, wait: int) -> dict[str, list[dict]] | None:
         """Jobs to start (claimed for this agent) and jobs to stop; None if the server could not be asked."""
         try:
-            response = self.session.get(
+            response = self._ask(
+                "GET",
                 self.url("service-environments", environment_id, "work"),
                 params={"instance_type": instance_type, "wait": wait, **self.identity},
                 timeout=self.timeout + wait,
             )
-        except requests.RequestException as error:
+        except (requests.RequestException, AnswerTooLarge) as error:
             log.warning("work poll failed: %s", error)
             return None
         if response.status_code != 200:
@@ -100,10 +146,10 @@ class Client:
 
     def report(self, job_id: int, body: dict[str, Any]) -> ReportOutcome:
         try:
-            response = self.session.post(
-                f"{self.base}/jobs/{job_id}/report/", json=body, timeout=self.timeout
+            response = self._ask(
+                "POST", f"{self.base}/jobs/{job_id}/report/", json=body, timeout=self.timeout
             )
-        except requests.RequestException as error:
+        except (requests.RequestException, AnswerTooLarge) as error:
             return ReportOutcome(Delivery.RETRY, str(error))
         detail = _detail(response)
         status = response.status_code
@@ -120,11 +166,15 @@ class Client:
 
     def environments(self) -> list[dict] | None:
         """Every service environment (all pages), or None if the server could not be asked."""
-        found, url = [], self.url("service-environments")
+        found, url, seen = [], self.url("service-environments"), set()
         while url:
+            if url in seen or len(seen) >= MAX_ENVIRONMENT_PAGES:
+                log.warning("listing service environments: the pages do not end (%s again)", url)
+                return None
+            seen.add(url)
             try:
-                response = self.session.get(url, timeout=self.timeout)
-            except requests.RequestException as error:
+                response = self._ask("GET", url, timeout=self.timeout)
+            except (requests.RequestException, AnswerTooLarge) as error:
                 log.warning("listing service environments failed: %s", error)
                 return None
             if response.status_code in (401, 403):
@@ -145,7 +195,7 @@ class Client:
         return found
 
 
-def _detail(response: requests.Response) -> str:
+def _detail(response: Answer) -> str:
     try:
         return str(response.json().get("detail", ""))[:500]
     except (ValueError, AttributeError, RecursionError):
