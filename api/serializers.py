@@ -579,6 +579,16 @@ class WorkQuerySerializer(serializers.Serializer):
         help_text="the executor's name, for the environment's Executors list (default: the account's name)",
     )
     host = serializers.CharField(required=False, max_length=255, default="", allow_blank=True)
+    free_slots = serializers.IntegerField(
+        required=False,
+        default=None,
+        min_value=0,
+        max_value=MAX_STORED_INT,
+        help_text=(
+            "instances the executor can start now: only jobs that fit are handed out, in order, a job too "
+            "large skipped for smaller ones after it (default: no limit)"
+        ),
+    )
 
     def validate_instance_type(self, name: str) -> str:
         # A misspelt type would otherwise answer "no work" for ever.

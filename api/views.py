@@ -183,7 +183,8 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
             "Each job in `start` is claimed for the caller: no other executor gets it, and its lease runs "
             "from now (report at least every `lease_seconds`, naming `attempt`). Each job in `stop` must be "
             "sent SIGTERM, killed at `deadline`, then reported STOPPED. With `wait=N` the request is held up "
-            "to N seconds until there is some work, and answers with empty lists otherwise."
+            "to N seconds until there is some work, and answers with empty lists otherwise. With `free_slots=N` "
+            "only jobs whose instances fit in N are handed out."
         ),
     )
     @action(
@@ -210,7 +211,10 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
         while True:
             seen = work_version(environment.pk)  # before the read: a change after it ends the wait
             work = executor_services.executor_work_take(
-                environment=environment, executor=executor, instance_type=params.get("instance_type")
+                environment=environment,
+                executor=executor,
+                instance_type=params.get("instance_type"),
+                free_slots=params["free_slots"],
             )
             if work.start or work.stop or time.monotonic() >= until:
                 return Response(s.WorkSerializer({"start": work.start, "stop": work.stop}).data)

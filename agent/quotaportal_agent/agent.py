@@ -72,11 +72,16 @@ class Agent:
         self.processes: dict[str, subprocess.Popen] = {}  # our own children; adopted jobs are watched by pid
         self.last_report: dict[str, float] = {}
         self.held: list[HeldStart] = []
+        # The slots a poll offers the server (kept by the main thread), and a signal that the starts the last
+        # poll brought have been placed, so the next poll offers only what they left.
+        self.offered = config.slots
+        self.work_handled = threading.Event()
 
     # -- the loop ---------------------------------------------------------------------------------------
 
     def run(self) -> None:
         self.reconcile()
+        self.offered = self.free_count()
         poller = threading.Thread(target=self.poll_loop, name="poller", daemon=True)
         reporter = threading.Thread(target=self.report_loop, name="reporter", daemon=True)
         poller.start()
@@ -122,6 +127,7 @@ class Agent:
         self.watch_processes()
         self.retry_held()
         self.heartbeat()
+        self.offered = self.free_count()
 
     def handle(self, kind: str, payload: Any) -> None:
         if kind == "work":
@@ -130,6 +136,8 @@ class Agent:
             self.watch_processes()  # a victim killed just now frees its slots before the starts are placed
             for entry in payload["start"]:
                 self.handle_start(entry)
+            self.offered = self.free_count()
+            self.work_handled.set()
         elif kind == "refused":
             self.handle_refused(*payload)
 
@@ -142,7 +150,10 @@ class Agent:
             began = time.monotonic()
             try:
                 work = self.client.work(
-                    self.config.environment_id, self.config.instance_type, self.config.wait_seconds
+                    self.config.environment_id,
+                    self.config.instance_type,
+                    self.config.wait_seconds,
+                    free_slots=self.offered,
                 )
             except Exception:  # a bug or an answer nobody foresaw must not end the polling, and with it stops
                 log.exception("work poll")
@@ -152,7 +163,11 @@ class Agent:
                 continue
             backoff.reset()
             if work["start"] or work["stop"]:
+                self.work_handled.clear()
                 self.events.put(("work", work))
+                if work["start"]:
+                    # The next poll offers the slots these starts leave: wait until they are placed.
+                    self.work_handled.wait(timeout=5.0)
             if not work["start"]:
                 # A stop is repeated on every poll until it is reported: do not spin on it.
                 self.shutdown.wait(max(0.0, self.config.min_poll_seconds - (time.monotonic() - began)))
@@ -425,6 +440,11 @@ class Agent:
 
     # -- reports --------------------------------------------------------------------------------------
 
+    def free_count(self) -> int:
+        """Slots a new start could have now: free ones, less those that starts waiting for slots will take."""
+        waiting = sum(_count(held.entry) for held in self.held)
+        return max(0, len(self.free_slots()) - waiting)
+
     def free_slots(self) -> list[int]:
         taken = {slot for job in self.state.jobs.values() for slot in job.slots}
         return [slot for slot in range(self.config.slots) if slot not in taken]
@@ -474,3 +494,9 @@ def deadline_of(value: Any, grace: float) -> float:
         return float(value)
     log.warning("stop without a usable deadline (%r): %ss of grace", value, grace)
     return time.time() + grace
+
+
+def _count(entry: dict[str, Any]) -> int:
+    """A start entry's instance count as `handle_start` reads it (a held one was checked to be a number)."""
+    count = entry.get("instance_count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0

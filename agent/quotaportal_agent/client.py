@@ -117,13 +117,19 @@ class Client:
                 content.append(piece)
             return Answer(response.status_code, b"".join(content))
 
-    def work(self, environment_id: int, instance_type: str, wait: int) -> dict[str, list[dict]] | None:
-        """Jobs to start (claimed for this agent) and jobs to stop; None if the server could not be asked."""
+    def work(
+        self, environment_id: int, instance_type: str, wait: int, free_slots: int | None = None
+    ) -> dict[str, list[dict]] | None:
+        """Jobs to start (claimed for this agent; with `free_slots`, only jobs that fit in them) and jobs to
+        stop; None if the server could not be asked."""
+        params = {"instance_type": instance_type, "wait": wait, **self.identity}
+        if free_slots is not None:
+            params["free_slots"] = max(0, free_slots)
         try:
             response = self._ask(
                 "GET",
                 self.url("service-environments", environment_id, "work"),
-                params={"instance_type": instance_type, "wait": wait, **self.identity},
+                params=params,
                 timeout=self.timeout + wait,
             )
         except (requests.RequestException, AnswerTooLarge) as error:

@@ -359,11 +359,30 @@ def executor_seen(*, environment: ServiceEnvironment, name: str, host: str, now)
     return executor
 
 
+def _fitting(rows, free_slots: int | None) -> list[int]:
+    """The ids of the (id, instances) rows to take, in order: all of them, or those that fit in `free_slots`."""
+    if free_slots is None:
+        return [job_id for job_id, _ in rows]
+    chosen = []
+    for job_id, count in rows:
+        if count <= free_slots:
+            chosen.append(job_id)
+            free_slots -= count
+    return chosen
+
+
 def executor_work_take(
-    *, environment: ServiceEnvironment, executor: Executor, instance_type: str | None = None
+    *,
+    environment: ServiceEnvironment,
+    executor: Executor,
+    instance_type: str | None = None,
+    free_slots: int | None = None,
 ) -> Work:
     """Take the environment's SCHEDULED jobs nobody has taken (a claim), and list the caller's jobs to stop
     (those it took, and those no executor claimed).
+
+    With `free_slots`, only jobs whose instances fit in what the executor can start now are taken, in order,
+    a job too large for what is left skipped (left for an executor with room) for smaller ones after it.
 
     The claim is a conditional UPDATE (still SCHEDULED, still untaken) under the queue's row lock, which
     orders it with passes (a pass never preempts a job as untaken while it is being taken) and with other
@@ -376,14 +395,15 @@ def executor_work_take(
     if instance_type:
         jobs = jobs.filter(selected_instance_type__name=instance_type)
     untaken = jobs.filter(status=JobStatus.SCHEDULED, taken_at__isnull=True)
+    if free_slots is not None:
+        untaken = untaken.filter(selected_instance_count__lte=free_slots)
     taken: list[int] = []
-    if untaken.exists():
+    if free_slots != 0 and untaken.exists():
         now = timezone.now()
         with transaction.atomic():
             queue_lock(environment.job_queue.pk)
-            candidates = list(
-                untaken.order_by("scheduled_at", "id").values_list("id", flat=True)[:MAX_STARTS_PER_CALL]
-            )
+            rows = untaken.order_by("scheduled_at", "id").values_list("id", "selected_instance_count")
+            candidates = _fitting(rows[:MAX_STARTS_PER_CALL], free_slots)
             claimed = Job.objects.filter(
                 pk__in=candidates, status=JobStatus.SCHEDULED, taken_at__isnull=True
             ).update(

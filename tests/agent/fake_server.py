@@ -60,6 +60,7 @@ class FakeServer:
     jobs: dict[int, FakeJob] = field(default_factory=dict)
     reports: list[Received] = field(default_factory=list)
     polls: int = 0
+    offers: list[int | None] = field(default_factory=list)  # the free_slots of every poll
     pollers: set[tuple[str, str]] = field(default_factory=set)  # (executor, host) of every poll
     resend_claimed: bool = False  # also offer jobs handed out before but not yet reported STARTING
     down_after_claim: bool = False  # an outage right after the next start is handed out
@@ -142,10 +143,11 @@ class FakeServer:
 
     # -- the protocol ---------------------------------------------------------------------------------
 
-    def work(self, instance_type: str, wait: float) -> dict:
+    def work(self, instance_type: str, wait: float, free_slots: int | None = None) -> dict:
         until = time.monotonic() + wait
         with self.changed:
             self.polls += 1
+            self.offers.append(free_slots)
             while True:
                 start = [
                     job
@@ -154,6 +156,13 @@ class FakeServer:
                     and job.instance_type == instance_type
                     and (job.claimed == 0 or self.resend_claimed)
                 ]
+                if free_slots is not None:  # as the real server: in order, what fits in what is left
+                    left_over, fitting = free_slots, []
+                    for job in start:
+                        if job.instance_count <= left_over:
+                            fitting.append(job)
+                            left_over -= job.instance_count
+                    start = fitting
                 stop = [job for job in self.jobs.values() if job.status == "STOPPING"]
                 left = until - time.monotonic()
                 if start or stop or left <= 0 or self.down:
@@ -281,7 +290,13 @@ class _Handler(BaseHTTPRequestHandler):
             wait = min(30.0, float(query.get("wait", ["0"])[0]))
             with self.server_state.changed:
                 self.server_state.pollers.add((query.get("executor", [""])[0], query.get("host", [""])[0]))
-            self._answer(200, self.server_state.work(query.get("instance_type", [""])[0], wait))
+            free = query.get("free_slots", [None])[0]
+            self._answer(
+                200,
+                self.server_state.work(
+                    query.get("instance_type", [""])[0], wait, None if free is None else int(free)
+                ),
+            )
         else:
             self._answer(404, {"detail": "Not found."})
 

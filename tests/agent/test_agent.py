@@ -310,7 +310,7 @@ def test_a_server_answering_garbage_to_polls_is_waited_out_and_polling_goes_on(s
     assert server.wait_final(job).body["status"] == "SUCCEEDED"
 
 
-def test_concurrent_jobs_get_disjoint_slots_and_oversized_ones_fail(server, start_agent, tmp_path):
+def test_concurrent_jobs_get_disjoint_slots_and_a_job_waits_for_free_ones(server, start_agent, tmp_path):
     go = tmp_path / "go"
     outs = [tmp_path / "a", tmp_path / "b"]
     pair = [
@@ -326,12 +326,17 @@ def test_concurrent_jobs_get_disjoint_slots_and_oversized_ones_fail(server, star
 
     no_room = server.add_job({"command": ["true"]}, instance_count=1)
 
-    assert server.wait_final(too_big).body["reason"] == "needs 5 slots but this agent has 4 in all"
-    assert server.wait_final(no_room).body["reason"] == "needs 1 slots but only 0 of this agent's 4 are free"
+    # The agent offers the slots it has free: a full agent takes nothing, and a job larger than it is left to
+    # an agent with room (it never fails for being offered to one without).
+    wait_until(lambda: server.offers[-3:] == [0, 0, 0], what="polls offering no free slot")
+    assert server.jobs[no_room].claimed == 0 and server.jobs[too_big].claimed == 0
     devices = [set(lines(out)[0].split()[2].split(",")) for out in outs]
     assert devices[0].isdisjoint(devices[1]) and devices[0] | devices[1] == {"0", "1", "2", "3"}
     go.touch()
     assert [server.wait_final(job).body["status"] for job in pair] == ["SUCCEEDED", "SUCCEEDED"]
+    assert server.wait_final(no_room).body["status"] == "SUCCEEDED"
+    assert server.jobs[too_big].claimed == 0 and server.final(too_big) is None
+    assert max(offer for offer in server.offers if offer is not None) == 4
 
 
 def test_a_start_waits_for_the_slots_of_a_job_still_stopping(server, start_agent, tmp_path):

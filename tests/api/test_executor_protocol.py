@@ -65,6 +65,31 @@ def test_work_filters_by_instance_type(world, client_for, running):
     ]
 
 
+def test_work_hands_out_only_what_fits_in_the_free_slots_in_order(world, client_for, running):
+    # `running` asks for 2 instances (scheduled first); then a 1-instance job and another 2-instance one.
+    small = placed(job_in(world.nlp, [(P5, 1)], name="small"), count=1)
+    large = placed(job_in(world.nlp, [(P5, 2)], name="large"))
+    executor = client_for(world.executor)
+    full = executor.get(work_url(world, free_slots=0)).json()
+    one = executor.get(work_url(world, free_slots=1)).json()
+    three = executor.get(work_url(world, free_slots=3)).json()
+
+    assert full == {"start": [], "stop": []}
+    assert [job["id"] for job in one["start"]] == [small.pk]  # the 2-instance jobs before it are skipped
+    assert [job["id"] for job in three["start"]] == [running.pk]  # 2 taken, 1 left: too few for `large`
+    large.refresh_from_db()
+    assert large.taken_at is None
+    assert [job["id"] for job in executor.get(work_url(world)).json()["start"]] == [large.pk]
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "2147483648"])
+def test_work_refuses_a_bad_free_slots_naming_it(world, client_for, running, value):
+    answer = client_for(world.executor).get(work_url(world, free_slots=value))
+    assert answer.status_code == 400 and "free_slots" in answer.json()
+    running.refresh_from_db()
+    assert running.taken_at is None
+
+
 def test_work_lists_taken_jobs_to_stop_with_their_deadline(world, client_for, running):
     executor = client_for(world.executor)
     executor.get(work_url(world))
