@@ -207,6 +207,8 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
             name=params["executor"] or request.user.get_username(),
             host=params["host"],
             now=timezone.now(),
+            instance_type=params.get("instance_type") or "",
+            free_slots=params["free_slots"],
         )
         while True:
             seen = work_version(environment.pk)  # before the read: a change after it ends the wait

@@ -151,6 +151,10 @@ class Executor(models.Model):
     last_seen_at = models.DateTimeField(default=timezone.now)
     jobs_taken = models.PositiveIntegerField(default=0)
     jobs_lost = models.PositiveIntegerField(default=0)
+    # What its last poll asked for: the instance type ("" any) and how many instances it could start (None:
+    # it did not say), so a job placed but not taken can say whether any executor has room for it.
+    offered_instance_type = models.CharField(max_length=64, blank=True, default="")
+    offered_slots = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["service_environment_id", "name"]

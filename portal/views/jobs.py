@@ -180,6 +180,7 @@ def _job_page(request, job, *, status: int = 200, refusal: str = "", cancel_form
         "priority_form": PriorityForm(initial={"scheduling_priority": job.scheduling_priority}),
         "refresh_seconds": refresh_seconds(),
         "refusal": refusal,
+        "untaken": jobs.job_untaken_reason(job, now=timezone.now()),
     }
     if htmx_target(request, ("job-live",)):
         return render(request, "portal/partials/job_live.html", context, status=status)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.db.models import Prefetch, Q
 
-from scheduling.models import Job, JobAttempt, JobPreference
+from scheduling.models import Executor, Job, JobAttempt, JobPreference, JobStatus, ServiceEnvironment
 from scheduling.selectors.visibility import Viewer, visible_jobs
 
 
@@ -62,7 +63,7 @@ def jobs_in_full():
     """Jobs with all a job's page or API body shows: queue, share, team, submitter, placement, pending state,
     preference list and attempts. 3 queries (rows, lists, attempts) however many jobs."""
     return Job.objects.select_related(
-        "job_queue",
+        "job_queue__service_environment",
         "quota_share",
         "team",
         "submitted_by",
@@ -92,3 +93,37 @@ def job_for_viewer(*, viewer: Viewer, job_id: int) -> Job | None:
     if not viewer.is_staff:
         jobs = jobs.filter(team_id__in=viewer.team_ids)
     return jobs.filter(pk=job_id).first()
+
+
+# An executor's poll older than this says nothing of whether it is still there.
+OFFER_FRESH_SECONDS = 120
+
+
+def job_untaken_reason(job: Job, *, now: datetime) -> str:
+    """For a job placed on an external environment that no executor has taken yet: why, as far as the
+    executors' last polls tell (their instance type and free slots); "" for any other job. One query."""
+    if job.status != JobStatus.SCHEDULED or job.taken_at is not None or job.selected_instance_type is None:
+        return ""
+    environment = job.job_queue.service_environment
+    if environment.executor != ServiceEnvironment.Executor.EXTERNAL:
+        return ""
+    type_name, count = job.selected_instance_type.name, job.selected_instance_count
+    offers = list(
+        Executor.objects.filter(
+            Q(offered_instance_type="") | Q(offered_instance_type=type_name),
+            service_environment=environment,
+            last_seen_at__gte=now - timedelta(seconds=OFFER_FRESH_SECONDS),
+        ).values_list("offered_slots", flat=True)
+    )
+    if not offers:
+        return (
+            f"no executor has asked environment {environment.name} for {type_name} work in the last "
+            f"{OFFER_FRESH_SECONDS // 60} minutes: is its agent running?"
+        )
+    if all(offer is not None for offer in offers) and max(offers) < count:
+        most = max(offers)
+        return (
+            f"the executors asking for {type_name} work have at most {most} free slot{'s' if most != 1 else ''}"
+            f" and it needs {count}: it waits for one with room"
+        )
+    return "an executor asking for this work takes it at its next poll"

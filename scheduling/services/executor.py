@@ -351,10 +351,26 @@ class Work:
     stop: list[dict]
 
 
-def executor_seen(*, environment: ServiceEnvironment, name: str, host: str, now) -> Executor:
-    """The executor record for (environment, name), created on first sight; it was seen now."""
+def executor_seen(
+    *,
+    environment: ServiceEnvironment,
+    name: str,
+    host: str,
+    now,
+    instance_type: str = "",
+    free_slots: int | None = None,
+) -> Executor:
+    """The executor record for (environment, name), created on first sight; it was seen now, polling for
+    `instance_type` with `free_slots` instances it could start."""
     executor, _ = Executor.objects.update_or_create(
-        service_environment=environment, name=name, defaults={"host": host, "last_seen_at": now}
+        service_environment=environment,
+        name=name,
+        defaults={
+            "host": host,
+            "last_seen_at": now,
+            "offered_instance_type": instance_type,
+            "offered_slots": free_slots,
+        },
     )
     return executor
 

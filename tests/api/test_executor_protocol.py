@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -80,6 +81,28 @@ def test_work_hands_out_only_what_fits_in_the_free_slots_in_order(world, client_
     large.refresh_from_db()
     assert large.taken_at is None
     assert [job["id"] for job in executor.get(work_url(world)).json()["start"]] == [large.pk]
+
+
+def test_a_placed_job_no_executor_has_room_for_says_so_on_its_page(world, client_for, running):
+    # `running` is placed on P5 x2 and not taken yet.
+    page = Client()
+    page.force_login(world.users["ana"])
+
+    def untaken() -> str:
+        body = page.get(f"/jobs/{running.pk}/").content.decode()
+        return body.split('id="untaken"', 1)[1].split("</p>", 1)[0] if 'id="untaken"' in body else ""
+
+    assert "no executor has asked environment gpu-fleet for ml.p5.48xlarge work" in untaken()
+    executor = client_for(world.executor)
+    assert executor.get(work_url(world, instance_type=P5, free_slots=1)).json()["start"] == []
+    assert "at most 1 free slot and it needs 2: it waits for one with room" in untaken()
+    record = Executor.objects.get(name="executor")
+    assert (record.offered_instance_type, record.offered_slots) == (P5, 1)
+    # An executor polling without saying its slots may take it at its next poll.
+    Executor.objects.update(offered_slots=None)
+    assert "takes it at its next poll" in untaken()
+    assert [job["id"] for job in executor.get(work_url(world, free_slots=2)).json()["start"]] == [running.pk]
+    assert untaken() == ""
 
 
 @pytest.mark.parametrize("value", ["-1", "many", "2147483648"])
