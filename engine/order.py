@@ -136,13 +136,8 @@ class HeadOrder:
         queue, cursor = self._queues[share_id], self._cursor[share_id]
         end = cursor
         if reach is not None:
-            under_limit, fair_share = parked_at[0], parked_at[2]
-            end = bisect_left(
-                queue,
-                reach,
-                lo=cursor,
-                key=lambda job: (under_limit, -job.priority, fair_share, job.submitted_at, job.id),
-            )
+            under_limit, fair_share = parked_at[0] == 0, parked_at[2]
+            end = bisect_left(queue, reach, lo=cursor, key=lambda job: head_key(job, under_limit, fair_share))
         self._cursor[share_id] = end
         self._push(share_id)
         return queue[cursor:end]

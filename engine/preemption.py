@@ -519,9 +519,9 @@ def select_victims(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ..
     return victims
 
 
-def waits_for_stopping_jobs(state: WorkingState, job: Job, entry: Entry) -> bool:
+def waits_for_stopping_jobs(state: WorkingState, share_id: int, entry: Entry) -> bool:
     """An entry that fits once the STOPPING jobs are gone needs no victim: the job waits for them instead."""
-    holding = state.holding(job.share_id, entry.instance_type)
+    holding = state.holding(share_id, entry.instance_type)
     return state.ledgers[entry.instance_type].stopping > 0 and fits_once_settled(
         state, holding, entry.instance_count
     )
@@ -540,7 +540,7 @@ def first_fit_with_preemption(state: WorkingState, job: Job) -> Fit | None:
         key = (job.share_id, job.priority)
         if state.no_preemption.known_to_fail(entry.instance_type, key, entry.instance_count):
             continue
-        if waits_for_stopping_jobs(state, job, entry):
+        if waits_for_stopping_jobs(state, job.share_id, entry):
             return Fit(index, entry)
         victims = select_victims(state, job, entry) if preemption_may_make_room(state, job, entry) else None
         if victims is not None:

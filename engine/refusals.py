@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .capacity import WorkingState
-from .fit import fits_once_settled, on_demand_entry_fits, plan_entry_fits
-from .preemption import room_by_preemption_possible
+from .fit import on_demand_entry_fits, plan_entry_fits
+from .preemption import room_by_preemption_possible, waits_for_stopping_jobs
 from .types import Entry
 
 
@@ -121,10 +121,8 @@ class Refusals:
             return _FITS
         if not self.allow_preemption:
             return _REFUSED
-        if state.ledgers[instance_type].stopping > 0 and fits_once_settled(
-            state, state.holding(share_id, instance_type), 1
-        ):
-            return _FITS  # a job would wait for the STOPPING jobs (`preemption.waits_for_stopping_jobs`)
+        if waits_for_stopping_jobs(state, share_id, self._types[instance_type]):
+            return _FITS  # a job would wait for the STOPPING jobs rather than preempt
         if room_by_preemption_possible(state, share_id, priority, instance_type, 1):
             return _MAY_PREEMPT
         return _REFUSED

@@ -378,21 +378,27 @@ def contended_types(draw) -> Snapshot:
     return Snapshot(now=NOW, capacity={"t0": capacity, "t1": len(shares)}, shares=tuple(shares), jobs=())
 
 
-@settings(max_examples=1500, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(queue=contended_types(), rng=st.randoms(use_true_random=True))
-def test_one_contended_pass_chooses_the_references_victims(queue: Snapshot, rng: random.Random):
-    # Placed on t0 only (the shares that own none of it hold a limit on t1 only, which is not offered here).
-    running = placed_jobs(rng, replace(queue, capacity={"t0": queue.capacity["t0"]}), rng.randint(6, 20))
-    waiting = [
+def waiting_on_t0(rng: random.Random, queue: Snapshot, *, most_jobs: int, most_entries: int) -> list[Job]:
+    """1 to `most_jobs` RUNNABLE jobs of random shares of a `contended_types` queue, each with 1 to
+    `most_entries` entries on t0 of 1 to 5 instances."""
+    return [
         Job(
             id=100 + i,
             share_id=rng.choice(queue.shares).id,
             priority=rng.choice([1, 5, 9]),
             submitted_at=NOW - timedelta(seconds=i),
-            entries=tuple(Entry("t0", rng.randint(1, 5)) for _ in range(rng.randint(1, 2))),
+            entries=tuple(Entry("t0", rng.randint(1, 5)) for _ in range(rng.randint(1, most_entries))),
         )
-        for i in range(rng.randint(1, 3))
+        for i in range(rng.randint(1, most_jobs))
     ]
+
+
+@settings(max_examples=1500, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=contended_types(), rng=st.randoms(use_true_random=True))
+def test_one_contended_pass_chooses_the_references_victims(queue: Snapshot, rng: random.Random):
+    # Placed on t0 only (the shares that own none of it hold a limit on t1 only, which is not offered here).
+    running = placed_jobs(rng, replace(queue, capacity={"t0": queue.capacity["t0"]}), rng.randint(6, 20))
+    waiting = waiting_on_t0(rng, queue, most_jobs=3, most_entries=2)
     before = replace(queue, jobs=tuple(running + waiting))
     decisions = schedule(before)
     check_pass(before, decisions, apply_decisions(before, decisions))

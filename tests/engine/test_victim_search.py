@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from datetime import timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Entry, Job, Snapshot, preemption, schedule
+from engine import Snapshot, preemption, schedule
 from engine.synthetic import build_synthetic_snapshot
 from engine.types import PLACED_STATUSES
 
-from .builders import NOW
-from .test_properties import contended_types, placed_jobs
+from .test_properties import contended_types, placed_jobs, waiting_on_t0
 
 
 def one_by_one(state, victims, priority):
@@ -73,16 +71,7 @@ def test_contended_passes_get_the_same_victims(queue: Snapshot, rng: random.Rand
     running = placed_jobs(rng, replace(queue, capacity={"t0": queue.capacity["t0"]}), rng.randint(6, 20))
     if graceful:
         running = [replace(job, taken=rng.random() < 0.7) for job in running]
-    waiting = [
-        Job(
-            id=100 + i,
-            share_id=rng.choice(queue.shares).id,
-            priority=rng.choice([1, 5, 9]),
-            submitted_at=NOW - timedelta(seconds=i),
-            entries=tuple(Entry("t0", rng.randint(1, 5)) for _ in range(rng.randint(1, 3))),
-        )
-        for i in range(rng.randint(1, 4))
-    ]
+    waiting = waiting_on_t0(rng, queue, most_jobs=4, most_entries=3)
     before = replace(queue, jobs=tuple(running + waiting))
     with pytest.MonkeyPatch.context() as patch:
         fast, slow, _ = both_ways(before, patch)

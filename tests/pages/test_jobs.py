@@ -352,7 +352,8 @@ def test_job_pages_keep_their_query_budgets(world, client_for, django_assert_max
         assert (
             client.get(reverse("job_list"), {"q": "j1"}, headers=htmx_headers("job-table")).status_code == 200
         )
-    # session + user, viewer, job, preferences, attempts, events, role
+    # session + user, viewer, job, preferences, attempts, events, and for a job placed but not taken the
+    # executors' last offers
     with django_assert_max_num_queries(8):
         assert client.get(reverse("job_detail", args=[job.pk])).status_code == 200
     with django_assert_max_num_queries(8):  # the live region carries the actions, attempts and events too
