@@ -100,20 +100,25 @@ class Processes:
         argv += ["--timeout", "60", "--graceful-timeout", "5", "--log-level", "warning"]
         self.start("web", argv, env)
 
-    def start_workers(self, env: dict, *, count: int, prefix: str) -> None:
-        """`count` Celery workers, one process each (`--concurrency 1`), named `<prefix><i>@host`."""
+    def start_workers(self, env: dict, *, count: int, prefix: str, options: tuple[str, ...] = ()) -> None:
+        """`count` Celery workers, one process each (`--concurrency 1`), named `<prefix><i>@host`, with any
+        further worker `options` (a pool, say)."""
         for i in range(count):
             argv = [sys.executable, "-m", "celery", "-A", "quotaportal", "worker", "--concurrency", "1"]
             argv += ["-n", f"{prefix}{i}@%h", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"]
-            self.start(f"worker{i}", argv, env)
+            self.start(f"worker{i}", argv + list(options), env)
+
+    def pids(self, prefix: str) -> list[int]:
+        """The process ids of the started processes whose names begin with `prefix` ("worker", say)."""
+        return [process.pid for name, process in self.started.items() if name.startswith(prefix)]
 
     def start_beat(self, env: dict) -> None:
         argv = [sys.executable, "-m", "celery", "-A", "quotaportal", "beat", "--loglevel", "WARNING"]
         argv += ["--schedule", str(self.log_dir / "beat-schedule")]
         self.start("beat", argv, env)
 
-    def wait_ready(self, base: str, *, broker: str, queue_ids: list[int], trigger: str) -> None:
-        """gunicorn answers /healthz, and a worker has run a pass asked for through the broker."""
+    def wait_web(self, base: str) -> None:
+        """Until gunicorn at `base` answers /healthz."""
 
         def web_ready():
             try:
@@ -122,6 +127,10 @@ class Processes:
                 return False
 
         self.wait(web_ready, 60, "gunicorn")
+
+    def wait_ready(self, base: str, *, broker: str, queue_ids: list[int], trigger: str) -> None:
+        """gunicorn answers /healthz, and a worker has run a pass asked for through the broker."""
+        self.wait_web(base)
         since = timezone.now()
         # The beat passes only queues that changed or have something due, and the set-up's own passes may
         # have settled them: ask the workers for one pass per queue through the broker, as a change would.

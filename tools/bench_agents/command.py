@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -48,7 +47,7 @@ from scheduling.passes.run import queue_pass_run
 from scheduling.services import configuration as config_services
 from scheduling.services import jobs as job_services
 from tools.guard import require_scratch_database
-from tools.processes import free_port
+from tools.processes import Processes, free_port
 
 PREFIX = "bench-agents"
 TYPE = "bench-agents.gpu"
@@ -88,17 +87,13 @@ class Command(BaseCommand):
         self.base = f"http://127.0.0.1:{port}"
         log_dir = Path(settings.VAR_DIR) / "bench-agents"
         log_dir.mkdir(parents=True, exist_ok=True)
-        web = self._start_web(port, log_dir / "web.log")
-        try:
-            self._wait_ready()
+        with Processes(log_dir) as processes:
+            processes.start_web(
+                self._web_env(), port=port, workers=options["web_workers"], threads=options["threads"]
+            )
+            processes.wait_web(self.base)
             quiet = self._measure(world, pollers=0)
             busy = self._measure(world, pollers=options["agents"])
-        finally:
-            web.terminate()
-            try:
-                web.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                web.kill()
         self._report(quiet, busy, cache_url)
 
     # --- set-up -------------------------------------------------------------------------------------------
@@ -157,8 +152,8 @@ class Command(BaseCommand):
             "admin_token": Token.objects.create(user=admin).key,
         }
 
-    def _start_web(self, port: int, log: Path) -> subprocess.Popen:
-        env = {
+    def _web_env(self) -> dict:
+        return {
             **os.environ,
             "DATABASE_URL": settings.DATABASE_URL,
             "CACHE_URL": settings.CACHE_URL,
@@ -170,35 +165,6 @@ class Command(BaseCommand):
             "LOG_LEVEL": "WARNING",
             "PGAPPNAME": APP_NAME,
         }
-        argv = [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "quotaportal.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-        ]
-        argv += ["--worker-class", "gthread", "--workers", str(self.options["web_workers"])]
-        argv += ["--threads", str(self.options["threads"]), "--timeout", "60", "--log-level", "warning"]
-        return subprocess.Popen(
-            argv,
-            env=env,
-            cwd=settings.BASE_DIR,
-            stdout=log.open("ab"),
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def _wait_ready(self) -> None:
-        until = time.monotonic() + 60
-        while time.monotonic() < until:
-            try:
-                if requests.get(f"{self.base}/healthz", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise CommandError("gunicorn did not answer /healthz within 60 s")
 
     # --- measuring ----------------------------------------------------------------------------------------
 

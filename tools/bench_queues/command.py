@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import timedelta
@@ -45,7 +43,7 @@ from scheduling.models import (
 )
 from scheduling.services import jobs as job_services
 from tools.guard import require_scratch_database
-from tools.processes import cpu_seconds
+from tools.processes import Processes, cpu_seconds
 
 PREFIX = "benchq-"
 TYPES = ("ml.p5.48xlarge", "ml.g5.12xlarge")
@@ -83,8 +81,13 @@ class Command(BaseCommand):
             f"{queues} queues x {shares} shares x {jobs} jobs written in {time.perf_counter() - started:.1f} s; "
             f"{workers} workers, beat every {interval} s; logs in {log_dir}"
         )
-        processes = start(workers=workers, log_dir=log_dir)
-        try:
+        env = {**os.environ, "QUOTAPORTAL_AUTOPASS": "0"}
+        with Processes(log_dir) as processes:
+            # Solo workers: one that is busy with a task does not answer `inspect`, which counts as not idle.
+            processes.start_workers(
+                env, count=workers, prefix="benchq", options=("--pool", "solo", "--without-heartbeat")
+            )
+            processes.start_beat(env)
             since = timezone.now()
             begun = time.perf_counter()
             self.wait_for_passes(queue_ids, since, len(queue_ids), timeout=600, processes=processes)
@@ -98,20 +101,20 @@ class Command(BaseCommand):
             # later: those are the cold start's work, not an idle queue's, so the idle window opens only once
             # the workers hold no task, due now or later.
             settling = time.perf_counter()
-            cpu_before = cpu_seconds(p.pid for p in processes["workers"])
+            cpu_before = cpu_seconds(processes.pids("worker"))
             self.wait_until_workers_idle(
-                app, workers=len(processes["workers"]), timeout=settings.ESTIMATE_INTERVAL_SECONDS + 300
+                app, workers=len(processes.pids("worker")), timeout=settings.ESTIMATE_INTERVAL_SECONDS + 300
             )
             self.stdout.write(
                 f"  settling: the cold start's estimates and confirming passes took "
                 f"{time.perf_counter() - settling:.1f} s more, workers' CPU "
-                f"{cpu_seconds(p.pid for p in processes['workers']) - cpu_before:.2f} s"
+                f"{cpu_seconds(processes.pids('worker')) - cpu_before:.2f} s"
             )
 
             since = timezone.now()
-            cpu_before = cpu_seconds(p.pid for p in processes["workers"])
+            cpu_before = cpu_seconds(processes.pids("worker"))
             time.sleep(idle)
-            cpu_idle = cpu_seconds(p.pid for p in processes["workers"]) - cpu_before
+            cpu_idle = cpu_seconds(processes.pids("worker")) - cpu_before
             idle_passes = passes_since(queue_ids, since)
             per_queue_hour = cpu_idle / len(queue_ids) * 3600 / idle
             self.stdout.write(
@@ -142,8 +145,6 @@ class Command(BaseCommand):
                 f"{(first - since).total_seconds():.1f} s after the submissions began, the last ended "
                 f"{(last_end - first).total_seconds():.1f} s after it; {others} passes on the other queues meanwhile"
             )
-        finally:
-            stop(processes)
         beat_costs = []
         from unittest import mock
 
@@ -187,61 +188,15 @@ class Command(BaseCommand):
             )
             if done >= count:
                 return
-            for process in [*processes["workers"], processes["beat"]]:
+            for name, process in processes.started.items():
                 if process.poll() is not None:
-                    raise CommandError(f"a Celery process exited with {process.returncode}")
+                    raise CommandError(f"{name} exited with {process.returncode}")
             time.sleep(0.2)
         raise CommandError(f"only {done} of {count} queues had a pass within {timeout} s")
 
 
 def passes_since(queue_ids, since) -> int:
     return SchedulingPass.objects.filter(job_queue_id__in=queue_ids, started_at__gte=since).count()
-
-
-def start(*, workers: int, log_dir: Path) -> dict:
-    env = {**os.environ, "QUOTAPORTAL_AUTOPASS": "0"}
-    python = sys.executable
-    started = {"workers": []}
-    for i in range(workers):
-        started["workers"].append(
-            subprocess.Popen(
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "quotaportal",
-                    "worker",
-                    "--pool",
-                    "solo",
-                    "-n",
-                    f"benchq{i}@%h",
-                ]
-                + ["--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                env=env,
-                stdout=open(log_dir / f"worker{i}.log", "w"),  # noqa: SIM115 (closed with the process)
-                stderr=subprocess.STDOUT,
-            )
-        )
-    started["beat"] = subprocess.Popen(
-        [python, "-m", "celery", "-A", "quotaportal", "beat", "--loglevel", "WARNING"]
-        + ["--schedule", str(log_dir / "beat-schedule")],
-        env=env,
-        stdout=open(log_dir / "beat.log", "w"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-    )
-    return started
-
-
-def stop(processes: dict) -> None:
-    everyone = [*processes["workers"], processes["beat"]]
-    for process in everyone:
-        process.terminate()
-    for process in everyone:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @transaction.atomic
