@@ -14,7 +14,7 @@ from .types import IdleCapacityAssignment, Job, JobStatus, Snapshot
 
 QueueKey = tuple[int, datetime, int]
 HeadKey = tuple[int, int, Fraction, datetime, int]
-_queue_key = attrgetter("queue_key")
+_id, _submitted_at, _priority = attrgetter("id"), attrgetter("submitted_at"), attrgetter("priority")
 
 
 def queue_key(job: Job) -> QueueKey:
@@ -56,9 +56,17 @@ def fair_share_of(state: WorkingState) -> Callable[[int], Fraction] | None:
 
 
 def share_queues(jobs: Iterable[Job]) -> dict[int, list[Job]]:
-    """The RUNNABLE jobs of each share in queue order, shares by id."""
+    """The RUNNABLE jobs of each share in queue order, shares by id.
+
+    Sorted one key at a time, last key first (Python's sort is stable, reversed too): ids and priorities are
+    compared as plain integers and submission times as datetimes, each far cheaper than comparing the tuple
+    `queue_key`, and jobs read in id order, mostly submitted in that order too, are runs the sort merely
+    checks. The order is `queue_key`'s."""
+    ordered = sorted(jobs, key=_id)
+    ordered.sort(key=_submitted_at)
+    ordered.sort(key=_priority, reverse=True)
     queues: dict[int, list[Job]] = {}
-    for job in sorted(jobs, key=_queue_key):
+    for job in ordered:
         queues.setdefault(job.share_id, []).append(job)
     return dict(sorted(queues.items()))
 
