@@ -65,7 +65,12 @@ def time_out_pending_jobs(state: WorkingState, decisions: Decisions) -> set[int]
     """RUNNABLE jobs of the snapshot waiting more than their max_pending_seconds fail (PENDING_TIMEOUT)."""
     timed_out: set[int] = set()
     for job in state.jobs:
-        if job.status == JobStatus.RUNNABLE and pending_too_long(job, state.now):
+        # Most jobs have no max_pending_seconds: asked first, it spares a call per job of the queue.
+        if (
+            job.max_pending_seconds is not None
+            and job.status == JobStatus.RUNNABLE
+            and pending_too_long(job, state.now)
+        ):
             waited = int(pending_for(job, state.now).total_seconds())
             decisions.timeouts.append(
                 Timeout(

@@ -137,6 +137,9 @@ class Verdict(enum.StrEnum):
     WHOLE_QUEUE = "whole"
 
 
+# How a pass that preempts is first given the queue: stuck groups left out, reclaimed holdings split, no
+# summed holding given as reclaimed, groups cut short (`Reducer.jobs_for_preemption`).
+_FULLY_REDUCED: tuple[bool, bool, frozenset[tuple[int, str]], bool] = (True, True, frozenset(), True)
 _HELD, _STUCK, _SHORT = "held", "stuck", "short"  # how a pass that preempts is given a group
 
 GroupKey = tuple[int, Hashable]  # (share id, key within the share)
@@ -1037,6 +1040,10 @@ class ShortcutDecider:
     """A pass decided on the smallest snapshot that provably decides what the whole queue decides (points 1-3
     and 5), and on the whole queue (`whole`, the plain replay) where no proof holds."""
 
+    # A pass that preempts starts from the retries the last one needed (off: from the most reduced, to test
+    # each retry on every pass)
+    carry_preempting_start = True
+
     def __init__(
         self,
         whole: WholeQueueDecider,
@@ -1060,6 +1067,8 @@ class ShortcutDecider:
         self.timeout_watch = timeout_watch
         self.verify = verify
         self.stats = whole.stats
+        # What the last pass that preempted needed (`decide_reduced`): the next one starts from it.
+        self.preempting_start: tuple[bool, bool, frozenset[tuple[int, str]], bool] = _FULLY_REDUCED
 
     def decide(self, index: int, now: float) -> Decisions:
         decisions = None if self.settling else self.decide_reduced(now)
@@ -1100,7 +1109,12 @@ class ShortcutDecider:
             return None
         if self.graceful_stops:  # point 6: a pass that preempts, with victims that may stop gracefully
             return None
-        leave_out_stuck, split, borrowing, cut_groups = True, True, frozenset(), True
+        # Each retry below gives more of the queue than the try before it, and each try's decisions are
+        # judged on their own; so a pass may as well start where the last pass that preempted ended: a busy
+        # queue's passes that preempt mostly need the same retries, each a run of the engine on most of it.
+        leave_out_stuck, split, borrowing, cut_groups = (
+            self.preempting_start if self.carry_preempting_start else _FULLY_REDUCED
+        )
         while True:
             preempting = self.reducer.jobs_for_preemption(
                 unfinished=self.unfinished,
@@ -1116,6 +1130,7 @@ class ShortcutDecider:
             verdict, borrowed = self.reducer.preemption_verdict(decisions, preempting)
             if verdict == Verdict.EXACT:
                 stats.passes_preempting += 1
+                self.preempting_start = (leave_out_stuck, split, borrowing, cut_groups)
                 return decisions
             retries = stats.preempting_retries
             retries[verdict.value] = retries.get(verdict.value, 0) + 1

@@ -841,7 +841,7 @@ class Simulation:
                 f"x{admission.instance_count}, "
                 f"which is not its entry {admission.entry_index}"
             )
-        waiting = replace(self.unfinished[job.id], nomination=None)
+        waiting = self.unfinished[job.id]
         self.settling.discard(job.id)
         self._dequeue(waiting)
         outcome.placement = (admission.instance_type, admission.instance_count, admission.training_plan, now)
@@ -851,6 +851,7 @@ class Simulation:
             outcome.first_placed_at = now
         self.unfinished[job.id] = placed = replace(
             waiting,
+            nomination=None,
             status=JobStatus.RUNNING,
             placement=Placement(
                 admission.instance_type, admission.instance_count, admission.training_plan, to_datetime(now)

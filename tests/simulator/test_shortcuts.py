@@ -11,7 +11,7 @@ import pytest
 
 from engine import Ordering, Strategy
 from simulator import Kind, philly, simulate
-from simulator.shortcuts import Reducer
+from simulator.shortcuts import Reducer, ShortcutDecider
 
 HOURS = 4
 
@@ -113,7 +113,22 @@ def test_a_pass_that_preempts_is_run_again_for_every_reason_and_decides_the_same
 def test_a_reclaim_front_too_short_falls_back_to_whole_holdings(philly_day, monkeypatch):
     """With no real job in front of any reclaimed holding, every reclaim names a placeholder for the rest."""
     monkeypatch.setattr(Reducer, "reclaim_reach", lambda self, *args: {})
+    monkeypatch.setattr(ShortcutDecider, "carry_preempting_start", False)
 
     result = scarce_replay(philly_day, hours=4)
 
     assert result.stats.preempting_retries["cut"] == result.stats.passes_preempting > 20
+
+
+def test_a_pass_that_preempts_starts_from_the_retries_the_last_one_needed(philly_day, monkeypatch):
+    """Carried over, the retries happen once instead of on every pass, and every pass decides the same (the
+    replay checks each against the whole queue, and both replays record the same)."""
+    monkeypatch.setattr(Reducer, "reclaim_reach", lambda self, *args: {})
+    carried = scarce_replay(philly_day, hours=4)
+    monkeypatch.setattr(ShortcutDecider, "carry_preempting_start", False)
+    each_time = scarce_replay(philly_day, hours=4)
+
+    assert carried.stats.passes_preempting == each_time.stats.passes_preempting > 20
+    assert carried.stats.preempting_retries["cut"] == 1
+    assert sum(carried.stats.preempting_retries.values()) < sum(each_time.stats.preempting_retries.values())
+    assert carried.records == each_time.records
