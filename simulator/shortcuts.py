@@ -358,6 +358,17 @@ class Reducer:
             for share in shares.values()
         }
         self.in_id_order = tuple(sorted(shares.values(), key=lambda share: share.id))
+        # share -> (type -> its ceiling, the ceiling of a type it has no limit on); None: no ceiling
+        self._ceilings = {
+            share.id: (
+                {
+                    instance_type: share_ceiling(share.strategy, limit, share.borrow_limit)
+                    for instance_type, limit in share.limits.items()
+                },
+                share_ceiling(share.strategy, 0, share.borrow_limit),
+            )
+            for share in shares.values()
+        }
         # share -> type offered that it has a limit on -> its reserved capacity (see `fold_idle_shares`)
         self._reserved = {
             share.id: {
@@ -414,7 +425,12 @@ class Reducer:
         for group in self.live_groups(unfinished=unfinished, placed=placed, groups=groups):
             members = group.members
             take = given_per_group.get(group.key) if given_per_group else None
-            if take is None:
+            if take is None and len(members) == 1 and not groups.strict_fifo:
+                # A group of one is given whole unless it is stuck: how many more could be placed is moot.
+                if self.stuck(unfinished[members[0][1]], room, placed.usage):
+                    continue
+                take = 1
+            elif take is None:
                 room_class = group.room_class
                 if room_class in bounds:
                     take = bounds[room_class]
@@ -498,15 +514,34 @@ class Reducer:
     ) -> Iterator[Group]:
         """The groups not held at their share's ceiling (point 2). Whether a group is held changes only with
         its share's usage, so each share's answer is kept until its usage or its groups change."""
+        usage = placed.usage
         for share_id, of_share in groups.of_share.items():
             stamp = (placed.generation.get(share_id, 0), groups.generation[share_id])
             known = self._live.get(share_id)
             if known is None or known[0] != stamp:
-                live = [
-                    group
-                    for group in of_share.values()
-                    if not self.held_at_ceiling(unfinished[group.members[0][1]], placed.usage)
-                ]
+                share = self.shares[share_id]
+                if not share.enabled:
+                    live = []
+                elif share.in_share_preemption:
+                    live = list(of_share.values())
+                else:
+                    # `held_at_ceiling` for every group of the share, with its ceilings looked up once.
+                    ceilings, unlisted = self._ceilings[share_id]
+                    live = []
+                    for group in of_share.values():
+                        for entry in unfinished[group.members[0][1]].entries:
+                            if entry.training_plan is not None:
+                                break
+                            ceiling = ceilings.get(entry.instance_type, unlisted)
+                            if (
+                                ceiling is None
+                                or usage.get((share_id, entry.instance_type), 0) + entry.instance_count
+                                <= ceiling
+                            ):
+                                break
+                        else:
+                            continue  # held: every entry on demand and over the share's ceiling
+                        live.append(group)
                 known = self._live[share_id] = (stamp, live)
             yield from known[1]
 
