@@ -630,16 +630,19 @@ class Reducer:
         room = self.room_in(placed)
         stuck: list[tuple[int, tuple[Entry, ...], tuple[int, ...]]] = []
         # room_class -> whether such a group is held, stuck, or cut short (with how many to give), or None
-        kinds: dict[int, tuple[str, int] | None] = {}
+        # (room_class, a group of one) -> ...: a group of one needs no bound, only whether it is stuck
+        kinds: dict[tuple[int, bool], tuple[str, int] | None] = {}
+        stuck_classes: set[int] = set()
         cut_short: list[tuple[int, tuple[Entry, ...], int]] = []
         for group in groups.all():
             members = group.members
             room_class = group.room_class
-            if room_class in kinds:
-                kind = kinds[room_class]
+            kind_key = (room_class, len(members) == 1 and not groups.strict_fifo)
+            if kind_key in kinds:
+                kind = kinds[kind_key]
             else:
                 first = unfinished[members[0][1]]
-                kind = kinds[room_class] = self._preempting_kind(
+                kind = kinds[kind_key] = self._preempting_kind(
                     first,
                     room_class,
                     room,
@@ -647,8 +650,10 @@ class Reducer:
                     groups,
                     leave_out_stuck=leave_out_stuck,
                     cut_groups=cut_groups,
+                    one=kind_key[1],
                 )
-                if kind is not None and kind[0] == _STUCK:
+                if kind is not None and kind[0] == _STUCK and room_class not in stuck_classes:
+                    stuck_classes.add(room_class)
                     rooms = tuple(room(first.share_id, entry) for entry in first.entries)
                     stuck.append((first.share_id, first.entries, rooms))
             if kind is None:
@@ -706,14 +711,20 @@ class Reducer:
         *,
         leave_out_stuck: bool,
         cut_groups: bool,
+        one: bool = False,
     ) -> tuple[str, int] | None:
         """How a pass that preempts is given the groups like `first`'s: left out as held at their ceiling
-        (RESERVE or LEND) or stuck, cut short to their first jobs, or (None) whole."""
+        (RESERVE or LEND) or stuck, cut short to their first jobs, or (None) whole. `one`: for groups of one
+        job, whose bound is moot (given one, the group is given whole)."""
         if self.shares[first.share_id].strategy != Strategy.LEND_AND_BORROW and self.held_at_ceiling(
             first, placed.usage
         ):
             return (_HELD, 0)
-        take = self.bound(first, room_class, room, placed, groups)  # None: stuck, and then at most 0 placed
+        # None: stuck, and then at most 0 placed
+        if one:
+            take = None if self.stuck(first, room, placed.usage) else 1
+        else:
+            take = self.bound(first, room_class, room, placed, groups)
         if take is None and leave_out_stuck:
             return (_STUCK, 0)
         if cut_groups and not groups.strict_fifo and self.cannot_reclaim(first, placed.usage):
