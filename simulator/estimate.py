@@ -310,6 +310,7 @@ def _forward(
         progress=None,
         shortcuts=True,
         verify_shortcuts=verify_shortcuts,
+        metered=False,
     )
     simulation.prepare(
         placed=placed,

@@ -189,3 +189,14 @@ def bucket_series(
             at = slot_end
     times = [start + (i + 0.5) * width for i in range(buckets)]
     return times, used, borrowed
+
+
+class Unmetered:
+    """In place of a `UsageMeter` in a replay whose usage over time nobody reads: takes the same calls and
+    keeps nothing."""
+
+    def change(self, at: float, share_id: int, instance_type: str, plan: str | None, instances: int) -> None:
+        pass
+
+    def advance(self, to: float) -> None:
+        pass

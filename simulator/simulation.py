@@ -53,7 +53,7 @@ from engine.submission import MAX_PREFERENCES, preference_count_allowed, repeate
 
 from .config import EPOCH, Configuration, entry_problem, to_datetime, validate
 from .invariants import InvariantViolation, PassChecker
-from .meter import UsageMeter
+from .meter import Unmetered, UsageMeter
 from .shortcuts import (
     PlacedJobs,
     ReducedSnapshot,
@@ -179,7 +179,7 @@ class Result:
     end: float
     records: list[Record]
     outcomes: dict[int, JobOutcome]
-    meter: UsageMeter
+    meter: UsageMeter | Unmetered
     share_ids: dict[str, int]
     stats: ReplayStats
     unknown_shares: dict[str, int] = field(default_factory=dict)
@@ -271,6 +271,7 @@ class Simulation:
         progress: Callable[[float], None] | None,
         shortcuts: bool,
         verify_shortcuts: bool,
+        metered: bool = True,
     ):
         self.config = validate(configuration)
         self.schedule = schedule_function
@@ -357,14 +358,20 @@ class Simulation:
             if shortcuts
             else whole
         )
-        self.meter = UsageMeter(
-            share_ids=[share.id for share in self.shares],
-            capacity=self.capacity,
-            limits={share.id: share.limits for share in self.shares},
-            strategies={share.id: share.strategy for share in self.shares},
-            gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
-            start=self.start,
-            lending_limits={share.id: share.lending_limits for share in self.shares},
+        # `metered=False`: a replay that reads only its records (the start-time estimator's) keeps no
+        # account of usage over time.
+        self.meter = (
+            Unmetered()
+            if not metered
+            else UsageMeter(
+                share_ids=[share.id for share in self.shares],
+                capacity=self.capacity,
+                limits={share.id: share.limits for share in self.shares},
+                strategies={share.id: share.strategy for share in self.shares},
+                gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
+                start=self.start,
+                lending_limits={share.id: share.lending_limits for share in self.shares},
+            )
         )
         self.checker = (
             PassChecker(
