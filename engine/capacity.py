@@ -181,11 +181,14 @@ class WorkingState:
         for share in self.shares.values():
             for instance_type in sorted(share.limits):
                 self.holding(share.id, instance_type)
+        shares, runnable = self.shares, JobStatus.RUNNABLE
         for job in self.jobs:
-            if job.share_id not in self.shares:
+            if job.share_id not in shares:
                 raise ValueError(
                     f"job {job.id} belongs to share {job.share_id}, which is not in the snapshot"
                 )
+            if job.status is runnable:
+                continue
             if job.status in PLACED_STATUSES:
                 if job.placement is None:
                     raise ValueError(f"job {job.id} is {job.status} but has no placement")

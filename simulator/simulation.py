@@ -910,16 +910,28 @@ class Simulation:
         if self.settling or decisions.nominations or decisions.lapsed_nominations:
             return False  # the proof does not cover earmarks
         borrowed_types = set()
+        # type -> share -> the highest priority of its groups waiting with an entry on the type
+        highest: dict[str, dict[int, int]] = {}
         for admission in decisions.admissions:
             if admission.training_plan is not None:
                 continue
             if admission.borrowed:
                 borrowed_types.add(admission.instance_type)
             if self.share_by_id[admission.share_id].in_share_preemption:
-                priority = self.unfinished[admission.job_id].priority
-                for share_id, _, waiting_priority in self.waiting_on_type.get(admission.instance_type, ()):
-                    if share_id == admission.share_id and waiting_priority > priority:
-                        return False
+                of_type = highest.get(admission.instance_type)
+                if of_type is None:
+                    of_type = highest[admission.instance_type] = {}
+                    for share_id, _, waiting_priority in self.waiting_on_type.get(
+                        admission.instance_type, ()
+                    ):
+                        if waiting_priority > of_type.get(share_id, waiting_priority - 1):
+                            of_type[share_id] = waiting_priority
+                waiting_priority = of_type.get(admission.share_id)
+                if (
+                    waiting_priority is not None
+                    and waiting_priority > self.unfinished[admission.job_id].priority
+                ):
+                    return False
         for instance_type in borrowed_types:
             for share_id, entries, _ in self.waiting_on_type.get(instance_type, ()):
                 share = self.share_by_id[share_id]
