@@ -60,6 +60,9 @@ snapshot as well after every pass and raises on any difference; the tests do tha
      given only as many jobs as point 2 gives; kept if its last job given was not placed and its room
      provably never grew in the pass (`Reducer.stayed_short`), else run again with the whole group
      (SHORT_GROUP_GREW).
+   A pass that preempts starts from the retries the last one needed (`ShortcutDecider.preempting_start`):
+   each try gives more of the queue than the one before and is judged on its own, so a try less reduced
+   than needed is as exact, and a busy queue's passes that preempt mostly need the same retries.
 4. **Passes that cannot decide anything are skipped** (see `simulation`): after a pass that decided nothing,
    a new job whose group (share, preference list, priority) was waiting then fails just as that group did; a
    capacity release on a type matters only to groups with an entry on it that are not held at their share's
