@@ -361,9 +361,12 @@ class Reducer:
             for share in shares.values()
         }
         self.in_id_order = tuple(sorted(shares.values(), key=lambda share: share.id))
-        # share -> (type -> its ceiling, the ceiling of a type it has no limit on); None: no ceiling
+        # share -> (enabled, in-share preemption, type -> its ceiling, the ceiling of a type it has no limit
+        # on; None: no ceiling), for `held_at_ceiling`
         self._ceilings = {
             share.id: (
+                share.enabled,
+                share.in_share_preemption,
                 {
                     instance_type: share_ceiling(share.strategy, limit, share.borrow_limit)
                     for instance_type, limit in share.limits.items()
@@ -522,29 +525,11 @@ class Reducer:
             stamp = (placed.generation.get(share_id, 0), groups.generation[share_id])
             known = self._live.get(share_id)
             if known is None or known[0] != stamp:
-                share = self.shares[share_id]
-                if not share.enabled:
-                    live = []
-                elif share.in_share_preemption:
-                    live = list(of_share.values())
-                else:
-                    # `held_at_ceiling` for every group of the share, with its ceilings looked up once.
-                    ceilings, unlisted = self._ceilings[share_id]
-                    live = []
-                    for group in of_share.values():
-                        for entry in unfinished[group.members[0][1]].entries:
-                            if entry.training_plan is not None:
-                                break
-                            ceiling = ceilings.get(entry.instance_type, unlisted)
-                            if (
-                                ceiling is None
-                                or usage.get((share_id, entry.instance_type), 0) + entry.instance_count
-                                <= ceiling
-                            ):
-                                break
-                        else:
-                            continue  # held: every entry on demand and over the share's ceiling
-                        live.append(group)
+                live = [
+                    group
+                    for group in of_share.values()
+                    if not self.held_at_ceiling(unfinished[group.members[0][1]], usage)
+                ]
                 known = self._live[share_id] = (stamp, live)
             yield from known[1]
 
@@ -957,19 +942,19 @@ class Reducer:
         """No job of this group can be placed or preempt in a pass that preempts nobody: every entry is on
         demand, over the share's ceiling already (usage only grows), and the share has no in-share preemption.
         Such a job could not reclaim either: reclaim needs the share to end within its own limit."""
-        share = self.shares[job.share_id]
-        if not share.enabled:
+        share_id = job.share_id
+        enabled, in_share, ceilings, unlisted = self._ceilings[share_id]
+        if not enabled:
             return True
-        if share.in_share_preemption:
+        if in_share:
             return False
         for entry in job.entries:
             if entry.training_plan is not None:
                 return False
-            limit = share.limits.get(entry.instance_type, 0)
-            ceiling = share_ceiling(share.strategy, limit, share.borrow_limit)
+            ceiling = ceilings.get(entry.instance_type, unlisted)
             if (
                 ceiling is None
-                or usage.get((share.id, entry.instance_type), 0) + entry.instance_count <= ceiling
+                or usage.get((share_id, entry.instance_type), 0) + entry.instance_count <= ceiling
             ):
                 return False
         return True
