@@ -554,6 +554,9 @@ class _FirstPass:
 
     key: tuple | None = None  # (pass index, time, the ids of the jobs in the queue then)
     decisions: Decisions | None = None
+    # Where the last replay's passes that preempted started (`ShortcutDecider.preempting_start`): the same
+    # holdings borrow and the same groups stay stuck in both replays, and any start is as exact.
+    preempting_start: tuple | None = None
 
 
 class _SharedFirstPass:
@@ -565,10 +568,14 @@ class _SharedFirstPass:
         self.simulation = simulation
         self.first = first
         self.done = False
+        if first.preempting_start is not None and hasattr(decider, "preempting_start"):
+            decider.preempting_start = first.preempting_start
 
     def decide(self, index: int, now: float) -> Decisions:
         if self.done:
-            return self.decider.decide(index, now)
+            decisions = self.decider.decide(index, now)
+            self.first.preempting_start = getattr(self.decider, "preempting_start", None)
+            return decisions
         self.done = True
         key = (index, now, frozenset(self.simulation.unfinished))
         first = self.first

@@ -60,9 +60,11 @@ snapshot as well after every pass and raises on any difference; the tests do tha
      given only as many jobs as point 2 gives; kept if its last job given was not placed and its room
      provably never grew in the pass (`Reducer.stayed_short`), else run again with the whole group
      (SHORT_GROUP_GREW).
-   A pass that preempts starts from the retries the last one needed (`ShortcutDecider.preempting_start`):
-   each try gives more of the queue than the one before and is judged on its own, so a try less reduced
-   than needed is as exact, and a busy queue's passes that preempt mostly need the same retries.
+   A pass that preempts starts from the retries the last one needed (`ShortcutDecider.preempting_start`),
+   with the summed holdings that may borrow in it already given as reclaimable (`Reducer.may_borrow`: the
+   share may borrow on the type and has a job waiting with an entry on it): each try gives more of the queue
+   than the one before and is judged on its own, so a try less reduced than needed is as exact, and a busy
+   queue's passes that preempt mostly need the same retries.
 4. **Passes that cannot decide anything are skipped** (see `simulation`): after a pass that decided nothing,
    a new job whose group (share, preference list, priority) was waiting then fails just as that group did; a
    capacity release on a type matters only to groups with an entry on it that are not held at their share's
@@ -532,6 +534,32 @@ class Reducer:
                 ]
                 known = self._live[share_id] = (stamp, live)
             yield from known[1]
+
+    def may_borrow(
+        self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups
+    ) -> frozenset[tuple[int, str]]:
+        """The summed holdings that may go over their limit in a pass: the share may borrow on the type and
+        has a waiting job with an entry on it."""
+        found = set()
+        for share_id, of_share in groups.of_share.items():
+            share = self.shares[share_id]
+            if share.in_share_preemption or not share.enabled:
+                continue
+            ceilings, unlisted = self._ceilings[share_id][2:]
+            for instance_type in placed.types_of.get(share_id, ()):
+                limit = share.limits.get(instance_type, 0)
+                ceiling = ceilings.get(instance_type, unlisted)
+                if placed.usage[share_id, instance_type] > limit or (
+                    ceiling is not None and ceiling <= limit
+                ):
+                    continue
+                if any(
+                    entry.instance_type == instance_type and entry.training_plan is None
+                    for group in of_share.values()
+                    for entry in unfinished[group.members[0][1]].entries
+                ):
+                    found.add((share_id, instance_type))
+        return frozenset(found)
 
     def fold_idle_shares(
         self, active: set[int], placed: PlacedJobs
@@ -1074,8 +1102,8 @@ class ShortcutDecider:
     """A pass decided on the smallest snapshot that provably decides what the whole queue decides (points 1-3
     and 5), and on the whole queue (`whole`, the plain replay) where no proof holds."""
 
-    # A pass that preempts starts from the retries the last one needed (off: from the most reduced, to test
-    # each retry on every pass)
+    # A pass that preempts starts from the retries the last one needed and with the holdings that may borrow
+    # given as reclaimable (off: from the most reduced, to test each retry on every pass)
     carry_preempting_start = True
 
     def __init__(
@@ -1149,6 +1177,10 @@ class ShortcutDecider:
         leave_out_stuck, split, borrowing, cut_groups = (
             self.preempting_start if self.carry_preempting_start else _FULLY_REDUCED
         )
+        if self.carry_preempting_start:
+            borrowing = borrowing | self.reducer.may_borrow(
+                unfinished=self.unfinished, placed=self.placed, groups=self.groups
+            )
         while True:
             preempting = self.reducer.jobs_for_preemption(
                 unfinished=self.unfinished,
