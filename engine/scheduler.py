@@ -64,7 +64,8 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
     timed_out = time_out_pending_jobs(state, run.decisions)
     restore_capacity_limits(state, run.decisions)
     restore_plan_limits(state, run.decisions)
-    runnable = [job for job in state.jobs if job.status == JobStatus.RUNNABLE and job.id not in timed_out]
+    waiting = JobStatus.RUNNABLE  # looked up once: an enum member is a class attribute lookup each time
+    runnable = [job for job in state.jobs if job.status == waiting and job.id not in timed_out]
     runnable += drained
     left: dict[int, list[Job]] = {}
     unordered = runnable

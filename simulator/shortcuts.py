@@ -430,15 +430,18 @@ class Reducer:
         last_taken: dict[GroupKey, int] = {}
         room = self.room_in(placed)
         bounds: dict[int, int | None] = {}  # room_class -> how many of such a group to give (None: stuck)
+        # A group of one is given whole unless it is stuck: how many more could be placed is moot.
+        ones = not groups.strict_fifo and not due
+        stuck, usage, append = self.stuck, placed.usage, jobs.append
         for group in self.live_groups(unfinished=unfinished, placed=placed, groups=groups):
             members = group.members
             take = given_per_group.get(group.key) if given_per_group else None
-            if take is None and len(members) == 1 and not groups.strict_fifo:
-                # A group of one is given whole unless it is stuck: how many more could be placed is moot.
-                if self.stuck(unfinished[members[0][1]], room, placed.usage):
-                    continue
-                take = 1
-            elif take is None:
+            if take is None and ones and len(members) == 1:
+                job = unfinished[members[0][1]]
+                if not stuck(job, room, usage):
+                    append(job)
+                continue
+            if take is None:
                 room_class = group.room_class
                 if room_class in bounds:
                     take = bounds[room_class]
