@@ -433,7 +433,7 @@ class Reducer:
         # A group of one is given whole unless it is stuck: how many more could be placed is moot.
         ones = not groups.strict_fifo and not due
         stuck, usage, append = self.stuck, placed.usage, jobs.append
-        for group in self.live_groups(unfinished=unfinished, placed=placed, groups=groups):
+        for group in self.live_groups(unfinished=unfinished, placed=placed, groups=groups, due=due):
             members = group.members
             take = given_per_group.get(group.key) if given_per_group else None
             if take is None and ones and len(members) == 1:
@@ -446,8 +446,10 @@ class Reducer:
                 if room_class in bounds:
                     take = bounds[room_class]
                 else:
-                    first = unfinished[members[0][1]]
-                    take = bounds[room_class] = self.bound(first, room_class, room, placed, groups)
+                    head = self.head(members, due, groups)
+                    if head is None:
+                        continue  # every job of it times out (given below)
+                    take = bounds[room_class] = self.bound(unfinished[head], room_class, room, placed, groups)
                 if take is None:
                     continue
             key = group.key
@@ -521,22 +523,40 @@ class Reducer:
         return take
 
     def live_groups(
-        self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups
+        self,
+        *,
+        unfinished: Mapping[int, Job],
+        placed: PlacedJobs,
+        groups: RunnableGroups,
+        due: Set[int] = frozenset(),
     ) -> Iterator[Group]:
-        """The groups not held at their share's ceiling (point 2). Whether a group is held changes only with
-        its share's usage, so each share's answer is kept until its usage or its groups change."""
+        """The groups not held at their share's ceiling (point 2), judged by their head (`head`). Whether a
+        group is held changes only with its share's usage, so each share's answer is kept until its usage or
+        its groups change (under STRICT_FIFO, or its head: the first of its queue not due to time out)."""
         usage = placed.usage
+        strict = groups.strict_fifo
         for share_id, of_share in groups.of_share.items():
             stamp = (placed.generation.get(share_id, 0), groups.generation[share_id])
+            if strict and due:
+                stamp += tuple(self.head(group.members, due, groups) for group in of_share.values())
             known = self._live.get(share_id)
             if known is None or known[0] != stamp:
-                live = [
-                    group
-                    for group in of_share.values()
-                    if not self.held_at_ceiling(unfinished[group.members[0][1]], usage)
-                ]
+                live = []
+                for group in of_share.values():
+                    head = self.head(group.members, due, groups)
+                    if head is not None and not self.held_at_ceiling(unfinished[head], usage):
+                        live.append(group)
                 known = self._live[share_id] = (stamp, live)
             yield from known[1]
+
+    @staticmethod
+    def head(members: list[tuple[tuple, int]], due: Set[int], groups: RunnableGroups) -> int | None:
+        """The id of the job a group is judged by: any job of it (they share their share, preference list and
+        priority), but under STRICT_FIFO, where a share's queue of any lists is one group, its first job not
+        due to time out, the one the pass will take first. None: every job of it times out."""
+        if not groups.strict_fifo or not due:
+            return members[0][1]
+        return next((job_id for _, job_id in members if job_id not in due), None)
 
     def may_borrow(
         self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups
@@ -648,8 +668,8 @@ class Reducer:
         included = set(due)
         room = self.room_in(placed)
         stuck: list[tuple[int, tuple[Entry, ...], tuple[int, ...]]] = []
-        # room_class -> whether such a group is held, stuck, or cut short (with how many to give), or None
-        # (room_class, a group of one) -> ...: a group of one needs no bound, only whether it is stuck
+        # (room_class, a group of one) -> whether such a group is held, stuck, or cut short (with how many to
+        # give), or None; a group of one needs no bound, only whether it is stuck
         kinds: dict[tuple[int, bool], tuple[str, int] | None] = {}
         stuck_classes: set[int] = set()
         cut_short: list[tuple[int, tuple[Entry, ...], int]] = []
@@ -657,10 +677,13 @@ class Reducer:
             members = group.members
             room_class = group.room_class
             kind_key = (room_class, len(members) == 1 and not groups.strict_fifo)
+            head = self.head(members, due, groups)
+            if head is None:
+                continue  # every job of it times out (given above)
             if kind_key in kinds:
                 kind = kinds[kind_key]
             else:
-                first = unfinished[members[0][1]]
+                first = unfinished[head]
                 kind = kinds[kind_key] = self._preempting_kind(
                     first,
                     room_class,
@@ -680,7 +703,7 @@ class Reducer:
             elif kind[0] == _SHORT:
                 last = self._take_first(members, kind[1], due, included)
                 if last is not None:
-                    first = unfinished[members[0][1]]
+                    first = unfinished[head]
                     cut_short.append((first.share_id, first.entries, last))
         jobs = [unfinished[job_id] for job_id in included]
         jobs.extend(unfinished[job_id] for job_id in placed.on_plans)

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from engine import Job, JobStatus, synthetic
+from engine import Job, JobStatus, Ordering, synthetic
 from simulator.estimate import (
     Expectations,
     Runtime,
@@ -175,6 +175,20 @@ def test_the_forward_replay_of_a_busy_queue_decides_every_pass_as_the_whole_queu
     snap = synthetic.build_synthetic_snapshot(runnable=300, placed=120, shares=8, types=3, seed=seed)
     in_share = {share.id for share in snap.shares if share.in_share_preemption}
     assert any(job.placement is not None and job.share_id in in_share for job in snap.jobs)
+    run = estimate(snap, Expectations(default=Runtime.of([600, 1800, 7200])), verify_shortcuts=True)
+    assert sum(found.earliest is not None for found in run.estimates.values()) > 100
+
+
+@pytest.mark.parametrize("seed", [2, 6, 8, 11])
+def test_under_strict_fifo_the_forward_replay_judges_a_share_by_its_first_job_not_timing_out(seed):
+    """Under STRICT_FIFO a share's queue is one group, judged by its head. When the head times out in the
+    pass, the next job is the head (seed 6: share 5's head, over its RESERVE limit, times out and the two
+    jobs behind it are placed); judged by the job timing out, the whole queue was left out."""
+    snap = replace(
+        synthetic.build_synthetic_snapshot(runnable=600, placed=150, shares=8, types=4, seed=seed),
+        ordering=Ordering.STRICT_FIFO,
+    )
+    assert any(job.max_pending_seconds is not None for job in snap.jobs)
     run = estimate(snap, Expectations(default=Runtime.of([600, 1800, 7200])), verify_shortcuts=True)
     assert sum(found.earliest is not None for found in run.estimates.values()) > 100
 
