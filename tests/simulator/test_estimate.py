@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from engine import Job, JobStatus, Ordering, synthetic
 from simulator.estimate import (
@@ -191,6 +194,41 @@ def test_under_strict_fifo_the_forward_replay_judges_a_share_by_its_first_job_no
     assert any(job.max_pending_seconds is not None for job in snap.jobs)
     run = estimate(snap, Expectations(default=Runtime.of([600, 1800, 7200])), verify_shortcuts=True)
     assert sum(found.earliest is not None for found in run.estimates.values()) > 100
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(
+    seed=st.integers(0, 10**6),
+    shares=st.integers(2, 12),
+    types=st.integers(1, 6),
+    waiting=st.integers(20, 400),
+    placed=st.integers(0, 150),
+    ordering=st.sampled_from([Ordering.BEST_EFFORT_FIFO, Ordering.STRICT_FIFO]),
+    learned=st.booleans(),
+)
+def test_the_forward_replay_of_random_queues_decides_every_pass_as_the_whole_queue_would(
+    seed, shares, types, waiting, placed, ordering, learned
+):
+    """Every shortcut of the replay, pass by pass, against the engine on the whole queue (`verify_shortcuts`
+    raises at the first difference); HYPOTHESIS_PROFILE=fuzz searches many more queues."""
+    try:
+        snap = synthetic.build_synthetic_snapshot(
+            runnable=waiting, placed=placed, shares=shares, types=types, seed=seed
+        )
+    except ValueError:  # more placed jobs than the synthetic environment holds
+        assume(False)
+    snap = replace(snap, ordering=ordering)
+    rng = random.Random(seed)
+    if learned:
+        runtimes = {
+            (share.id, name): Runtime.of([rng.lognormvariate(8.0, 1.0) for _ in range(20)])
+            for share in snap.shares
+            for name in snap.capacity
+        }
+        expectations = Expectations(learned=runtimes)
+    else:
+        expectations = Expectations(default=Runtime.of([600, 1800, 7200]))
+    estimate(snap, expectations, verify_shortcuts=True)
 
 
 @pytest.mark.parametrize("seed", [1, 4])
