@@ -97,6 +97,7 @@ from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from engine import (
@@ -145,7 +146,10 @@ class Verdict(enum.StrEnum):
 # How a pass that preempts is first given the queue: stuck groups left out, reclaimed holdings split, no
 # summed holding given as reclaimed, groups cut short (`Reducer.jobs_for_preemption`).
 _FULLY_REDUCED: tuple[bool, bool, frozenset[tuple[int, str]], bool] = (True, True, frozenset(), True)
-_HELD, _STUCK, _SHORT = "held", "stuck", "short"  # how a pass that preempts is given a group
+_HELD, _STUCK, _SHORT = "held", "stuck", "short"
+_job_id = itemgetter(
+    1
+)  # of a group's member, (queue key, job id)  # how a pass that preempts is given a group
 
 GroupKey = tuple[int, Hashable]  # (share id, key within the share)
 
@@ -543,7 +547,7 @@ class Reducer:
             if known is None or known[0] != stamp:
                 live = []
                 for group in of_share.values():
-                    head = self.head(group.members, due, groups)
+                    head = self.head(group.members, due, groups) if strict and due else group.members[0][1]
                     if head is not None and not self.held_at_ceiling(unfinished[head], usage):
                         live.append(group)
                 known = self._live[share_id] = (stamp, live)
@@ -673,11 +677,12 @@ class Reducer:
         kinds: dict[tuple[int, bool], tuple[str, int] | None] = {}
         stuck_classes: set[int] = set()
         cut_short: list[tuple[int, tuple[Entry, ...], int]] = []
+        strict_due = groups.strict_fifo and bool(due)
         for group in groups.all():
             members = group.members
             room_class = group.room_class
             kind_key = (room_class, len(members) == 1 and not groups.strict_fifo)
-            head = self.head(members, due, groups)
+            head = self.head(members, due, groups) if strict_due else members[0][1]
             if head is None:
                 continue  # every job of it times out (given above)
             if kind_key in kinds:
@@ -699,7 +704,7 @@ class Reducer:
                     rooms = tuple(room(first.share_id, entry) for entry in first.entries)
                     stuck.append((first.share_id, first.entries, rooms))
             if kind is None:
-                included.update(job_id for _, job_id in members)
+                included.update(map(_job_id, members))
             elif kind[0] == _SHORT:
                 last = self._take_first(members, kind[1], due, included)
                 if last is not None:
