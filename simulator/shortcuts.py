@@ -146,10 +146,8 @@ class Verdict(enum.StrEnum):
 # How a pass that preempts is first given the queue: stuck groups left out, reclaimed holdings split, no
 # summed holding given as reclaimed, groups cut short (`Reducer.jobs_for_preemption`).
 _FULLY_REDUCED: tuple[bool, bool, frozenset[tuple[int, str]], bool] = (True, True, frozenset(), True)
-_HELD, _STUCK, _SHORT = "held", "stuck", "short"
-_job_id = itemgetter(
-    1
-)  # of a group's member, (queue key, job id)  # how a pass that preempts is given a group
+_HELD, _STUCK, _SHORT = "held", "stuck", "short"  # how a pass that preempts is given a group
+_job_id = itemgetter(1)  # of a group's member: (queue key, job id)
 
 GroupKey = tuple[int, Hashable]  # (share id, key within the share)
 
