@@ -28,7 +28,10 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    at most: per entry, the room left under the share's ceiling and in lendable capacity (invariants B, C) or
    on the plan, divided by the entry's count. When the k-th job was placed anyway, or a later job could
    preempt, the pass is run again with more of that group (or on the whole snapshot). Under STRICT_FIFO a
-   share's queue is one group: everything behind a job that was not placed is held anyway.
+   share's queue is one group: everything behind a job that was not placed is held anyway. It is judged by
+   its first job not due to time out (`Reducer.head`), and never left out while the share has a job on a
+   training plan: a plan that drains puts its job back in the queue, where a head that can do nothing still
+   holds it (`Reducer.may_block_drained`).
    A group whose share is already over its ceiling on every entry (RESERVE or LEND at its limit, or
    LEND_AND_BORROW at its borrow limit), with no in-share preemption, is left out entirely: in a pass that
    preempts nobody its share's usage only grows, so none of its jobs can be placed, nor reclaim (which needs
@@ -434,8 +437,11 @@ class Reducer:
         bounds: dict[int, int | None] = {}  # room_class -> how many of such a group to give (None: stuck)
         # A group of one is given whole unless it is stuck: how many more could be placed is moot.
         ones = not groups.strict_fifo and not due
+        blocking = self.may_block_drained(unfinished=unfinished, placed=placed, groups=groups)
         stuck, usage, append = self.stuck, placed.usage, jobs.append
-        for group in self.live_groups(unfinished=unfinished, placed=placed, groups=groups, due=due):
+        for group in self.live_groups(
+            unfinished=unfinished, placed=placed, groups=groups, due=due, blocking=blocking
+        ):
             members = group.members
             take = given_per_group.get(group.key) if given_per_group else None
             if take is None and ones and len(members) == 1:
@@ -453,7 +459,9 @@ class Reducer:
                         continue  # every job of it times out (given below)
                     take = bounds[room_class] = self.bound(unfinished[head], room_class, room, placed, groups)
                 if take is None:
-                    continue
+                    if group.key[0] not in blocking:
+                        continue
+                    take = 1  # stuck, but its head keeps a drained job of the share waiting behind it
             key = group.key
             if not due:
                 jobs.extend(unfinished[job_id] for _, job_id in members[:take])
@@ -531,14 +539,19 @@ class Reducer:
         placed: PlacedJobs,
         groups: RunnableGroups,
         due: Set[int] = frozenset(),
+        blocking: Set[int] = frozenset(),
     ) -> Iterator[Group]:
         """The groups not held at their share's ceiling (point 2), judged by their head (`head`). Whether a
         group is held changes only with its share's usage, so each share's answer is kept until its usage or
-        its groups change (under STRICT_FIFO, or its head: the first of its queue not due to time out)."""
+        its groups change (under STRICT_FIFO, or its head: the first of its queue not due to time out). Shares in
+        `blocking` (`may_block_drained`) have every group live."""
         usage = placed.usage
         strict = groups.strict_fifo
         for share_id, of_share in groups.of_share.items():
-            stamp = (placed.generation.get(share_id, 0), groups.generation[share_id])
+            stamp = (placed.generation.get(share_id, 0), groups.generation[share_id], share_id in blocking)
+            if share_id in blocking:
+                yield from of_share.values()
+                continue
             if strict and due:
                 stamp += tuple(self.head(group.members, due, groups) for group in of_share.values())
             known = self._live.get(share_id)
@@ -559,6 +572,16 @@ class Reducer:
         if not groups.strict_fifo or not due:
             return members[0][1]
         return next((job_id for _, job_id in members if job_id not in due), None)
+
+    def may_block_drained(
+        self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups
+    ) -> set[int]:
+        """Under STRICT_FIFO, the shares with jobs on training plans: a plan that drains in the pass puts its
+        job back in its share's queue, behind the share's head when that comes first, so the head must be
+        given even when it can neither be placed nor preempt (it holds the drained job where it is)."""
+        if not groups.strict_fifo:
+            return set()
+        return {unfinished[job_id].share_id for job_id in placed.on_plans}
 
     def may_borrow(
         self, *, unfinished: Mapping[int, Job], placed: PlacedJobs, groups: RunnableGroups
@@ -676,9 +699,13 @@ class Reducer:
         stuck_classes: set[int] = set()
         cut_short: list[tuple[int, tuple[Entry, ...], int]] = []
         strict_due = groups.strict_fifo and bool(due)
+        blocking = self.may_block_drained(unfinished=unfinished, placed=placed, groups=groups)
         for group in groups.all():
             members = group.members
             room_class = group.room_class
+            if group.key[0] in blocking:
+                included.update(map(_job_id, members))  # as the whole queue gives it: see may_block_drained
+                continue
             kind_key = (room_class, len(members) == 1 and not groups.strict_fifo)
             head = self.head(members, due, groups) if strict_due else members[0][1]
             if head is None:

@@ -12,6 +12,7 @@ import pytest
 from engine import Ordering, Strategy
 from simulator import Kind, philly, simulate
 from simulator.shortcuts import Reducer, ShortcutDecider
+from tests.simulator.builders import BIG, SMALL, T0, config, job, kinds, plan, share
 
 HOURS = 4
 
@@ -134,3 +135,26 @@ def test_a_pass_that_preempts_starts_from_the_retries_the_last_one_needed(philly
     assert carried.stats.preempting_retries["cut"] == 1
     assert sum(carried.stats.preempting_retries.values()) < sum(each_time.stats.preempting_retries.values())
     assert carried.records == each_time.records
+
+
+def test_under_strict_fifo_a_drained_job_waits_behind_its_shares_held_head_in_the_replay_too():
+    """Job 3 heads share a's queue (priority 9) and cannot be placed: a holds its one BIG instance. When
+    plan p drains job 1 back into the queue, STRICT_FIFO keeps it behind job 3; the shortcuts used to
+    leave the held group out, and job 1 was placed on demand (`verify_shortcuts` raised)."""
+    setup = replace(
+        config(share("a", small=1, big=1), plans=(plan("p", SMALL, 1, 0, 3600),)),
+        ordering=Ordering.STRICT_FIFO,
+    )
+    jobs = [
+        job(1, "a", 0, 5000, (SMALL, 1, "p"), (SMALL, 1)),
+        job(2, "a", 0, 10_000, (BIG, 1)),
+        job(3, "a", 10, None, (BIG, 1), priority=9),
+    ]
+
+    result = simulate(setup, jobs, start=T0, end=T0 + 3000, verify_shortcuts=True, check=True)
+
+    assert [(kind, job_id) for _, kind, job_id in kinds(result)] == [
+        (Kind.ADMITTED, 1),
+        (Kind.ADMITTED, 2),
+        (Kind.PLAN_EXPIRING, 1),
+    ]
