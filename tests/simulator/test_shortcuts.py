@@ -5,9 +5,12 @@ and raises at the first difference; these replays are busy Philly hours at a ten
 are long, borrowing is constant and reclaim and in-share preemption happen.
 """
 
+import random
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine import Ordering, Strategy
 from simulator import Kind, philly, simulate
@@ -158,3 +161,68 @@ def test_under_strict_fifo_a_drained_job_waits_behind_its_shares_held_head_in_th
         (Kind.ADMITTED, 2),
         (Kind.PLAN_EXPIRING, 1),
     ]
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6))
+def test_the_replay_of_random_configurations_decides_every_pass_as_the_whole_queue_would(philly_day, seed):
+    """Random per-share strategies, borrow and lending limits, in-share preemption, disabled shares, plans
+    and drain windows, stop delays, priorities and timeouts, both orderings: `verify_shortcuts` checks each
+    pass against the whole queue and `check` the invariants. HYPOTHESIS_PROFILE=fuzz searches more."""
+    rows, vcs, mix = philly_day
+    rng = random.Random(seed)
+    setup = philly.philly_configuration(
+        name="random",
+        vcs=vcs,
+        mix=mix,
+        capacity_scale=rng.choice([0.03, 0.05, 0.1, 0.2]),
+        strategy=rng.choice(list(Strategy)),
+        borrow_limit=rng.choice([-1, 0, 20, 100]),
+    )
+    shares = []
+    for one in setup.shares:
+        strategy = rng.choice(list(Strategy)) if rng.random() < 0.5 else one.strategy
+        lending = {
+            name: rng.randint(0, limit)
+            for name, limit in one.limits.items()
+            if strategy != Strategy.RESERVE and rng.random() < 0.3
+        }
+        shares.append(
+            replace(
+                one,
+                strategy=strategy,
+                borrow_limit=one.borrow_limit if strategy == Strategy.LEND_AND_BORROW else -1,
+                in_share_preemption=rng.random() < 0.3,
+                enabled=rng.random() < 0.95,
+                lending_limits=lending,
+            )
+        )
+    setup = replace(setup, shares=tuple(shares))
+    hours = rng.choice([1, 2])
+    start = rows[0].submitted_at + rng.choice([0, 3 * 3600])
+    plans = philly.synthetic_plans(
+        count=rng.randint(0, 3),
+        shares=setup.shares,
+        capacity=setup.capacity,
+        start=start,
+        end=start + hours * 3600,
+        seed=seed,
+    )
+    setup = replace(
+        setup,
+        ordering=rng.choice([Ordering.BEST_EFFORT_FIFO, Ordering.STRICT_FIFO]),
+        plans=tuple(plans),
+        plan_drain_seconds=rng.choice([0, 600]),
+        stop_seconds=rng.choice([0, 0, 0, 120]),
+    )
+    jobs = [
+        replace(
+            one,
+            priority=rng.choice([0, 0, 5, 9]),
+            max_pending_seconds=rng.choice([None, None, 600, 3600]),
+        )
+        for one in philly.philly_jobs(rows, setup, seed=seed)
+        if start <= one.submitted_at < start + hours * 3600
+    ]
+
+    simulate(setup, jobs, start=start, end=start + hours * 3600, verify_shortcuts=True, check=True)
