@@ -548,19 +548,23 @@ class Reducer:
         usage = placed.usage
         strict = groups.strict_fifo
         for share_id, of_share in groups.of_share.items():
-            stamp = (placed.generation.get(share_id, 0), groups.generation[share_id], share_id in blocking)
             if share_id in blocking:
                 yield from of_share.values()
                 continue
+            stamp = (placed.generation.get(share_id, 0), groups.generation[share_id])
+            heads = None
             if strict and due:
-                stamp += tuple(self.head(group.members, due, groups) for group in of_share.values())
+                heads = tuple(self.head(group.members, due, groups) for group in of_share.values())
+                stamp += heads
             known = self._live.get(share_id)
             if known is None or known[0] != stamp:
-                live = []
-                for group in of_share.values():
-                    head = self.head(group.members, due, groups) if strict and due else group.members[0][1]
-                    if head is not None and not self.held_at_ceiling(unfinished[head], usage):
-                        live.append(group)
+                if heads is None:
+                    heads = tuple(group.members[0][1] for group in of_share.values())
+                live = [
+                    group
+                    for group, head in zip(of_share.values(), heads, strict=True)
+                    if head is not None and not self.held_at_ceiling(unfinished[head], usage)
+                ]
                 known = self._live[share_id] = (stamp, live)
             yield from known[1]
 
