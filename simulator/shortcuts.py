@@ -36,8 +36,12 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    LEND_AND_BORROW at its borrow limit), with no in-share preemption, is left out entirely: in a pass that
    preempts nobody its share's usage only grows, so none of its jobs can be placed, nor reclaim (which needs
    the share to end within its own limit). Jobs of a disabled share are never tried. Likewise, in that pass,
-   a group is left out that is *stuck*: no in-share preemption, and on every entry no room now (room only
-   shrinks) and its share's usage plus the entry's count above its own limit (so no reclaim either).
+   a group is left out that is *stuck*: on every entry no room now (room only shrinks; a plan has none while
+   it is not ACTIVE, drains, or is closed to the share, and nobody waits or preempts on a plan), and on every
+   entry on demand its share's usage plus the entry's count above its own limit (so no reclaim either) and,
+   with in-share preemption, no job of the share on the type of lower priority than the group's (a pass's
+   victims are jobs placed before it, so none). With in-share preemption, groups that differ only in
+   priority are judged each on its own.
 3. **A pass that preempts** is run again with the real jobs of every holding a victim may come from: shares
    over their limit on the type (reclaim) and shares with in-share preemption; the other holdings stay summed
    (no victim is ever taken from a share within its limit without in-share preemption). All waiting jobs are
@@ -117,6 +121,7 @@ from engine import (
 )
 from engine.capacity import victim_key
 from engine.ceilings import reserved_capacity, share_ceiling
+from engine.fit import plan_is_active, plan_is_draining, plan_open_to_share
 from engine.housekeeping import pending_too_long
 from engine.order import queue_key
 
@@ -169,15 +174,18 @@ class Group:
         self.key = key
         self.members: list[tuple[tuple, int]] = []
         # Groups that differ only in priority see the same room, so they are bounded and stuck alike: one
-        # number names them (under STRICT_FIFO a share's queue is one group, its own class).
+        # number names them (under STRICT_FIFO a share's queue is one group, its own class; with in-share
+        # preemption a group is its own class, since its priority says whom it could preempt).
         self.room_class = room_class
 
 
 class RunnableGroups:
     """The RUNNABLE jobs of each share, grouped, each group in queue order (SPEC 3.2)."""
 
-    def __init__(self, *, strict_fifo: bool):
+    def __init__(self, *, strict_fifo: bool, by_priority: Set[int] = frozenset()):
         self.strict_fifo = strict_fifo
+        # Shares whose groups of one list are bounded and stuck by priority too (in-share preemption)
+        self.by_priority = by_priority
         self.groups: dict[GroupKey, list[tuple[tuple, int]]] = {}
         self.of_share: dict[int, dict[GroupKey, Group]] = {}  # share -> its groups
         # share -> bumped whenever the groups of the share, or under STRICT_FIFO its head, change
@@ -191,10 +199,13 @@ class RunnableGroups:
         key = self.key(job)
         members = self.groups.get(key)
         if members is None:
-            # Under STRICT_FIFO a share's queue is its one group, whatever the preference lists.
-            room_class = self._room_classes.setdefault(
-                key if self.strict_fifo else (job.share_id, job.entries), len(self._room_classes)
-            )
+            # Under STRICT_FIFO a share's queue is its one group, whatever the preference lists; with in-share
+            # preemption a group's priority says which of its share's jobs it could preempt.
+            if self.strict_fifo or job.share_id in self.by_priority:
+                class_key: Hashable = key
+            else:
+                class_key = (job.share_id, job.entries)
+            room_class = self._room_classes.setdefault(class_key, len(self._room_classes))
             group = Group(key, room_class)
             members = self.groups[key] = group.members
             self.of_share.setdefault(job.share_id, {})[key] = group
@@ -270,6 +281,11 @@ class PlacedJobs:
         holding[job.id] = job.priority
         insort(self.in_victim_order[key], (victim_key(job, placement), job.id, placement.instance_count))
         self._change(key, placement.instance_count)
+
+    def touch_plan(self, plan: str) -> None:
+        """Count a change of what the plan offers (it started or stopped taking entries)."""
+        self.changes += 1
+        self.plan_changed[plan] = self.changes
 
     def remove(self, job: Job) -> None:
         placement = job.placement
@@ -359,6 +375,7 @@ class Reducer:
         capacity: Mapping[str, int],
         plans: Iterable[Plan],
         epoch: datetime,
+        plan_drain_seconds: int,
     ):
         self.shares = shares
         self.capacity = capacity
@@ -393,7 +410,11 @@ class Reducer:
             }
             for share in shares.values()
         }
-        self.plan_counts = {plan.name: plan.instance_count for plan in plans}
+        self.plans = {plan.name: plan for plan in plans}
+        self.plan_counts = {name: plan.instance_count for name, plan in self.plans.items()}
+        self.plan_drain_seconds = plan_drain_seconds
+        # The plans an entry may be placed on in this pass (ACTIVE, not draining), set by `begin_pass`
+        self.usable_plans: frozenset[str] = frozenset(self.plans)
         self.epoch = epoch
         # Point 1 with the real jobs of the holdings of shares with in-share preemption
         self.real_in_share = False
@@ -403,6 +424,18 @@ class Reducer:
         self._live: dict[int, tuple[tuple[int, int], list[Group]]] = {}
         # room_class -> (`PlacedJobs.changes` when worked out, `bound`, where to look for later changes)
         self._bounds: dict[int, tuple[int, int | None, tuple]] = {}
+
+    def begin_pass(self, now: datetime, placed: PlacedJobs) -> None:
+        """Which plans take entries in the pass at `now` (`_room`); a plan that starts taking them or stops
+        counts as a change of its holding, so bounds worked out before are worked out again."""
+        usable = frozenset(
+            name
+            for name, plan in self.plans.items()
+            if plan_is_active(plan, now) and not plan_is_draining(plan, now, self.plan_drain_seconds)
+        )
+        for name in usable ^ self.usable_plans:
+            placed.touch_plan(name)
+        self.usable_plans = usable
 
     def placeholder(self, share_id: int, instance_type: str, count: int, priority: int) -> Job:
         key = (share_id, instance_type, count, priority)
@@ -436,18 +469,20 @@ class Reducer:
         room = self.room_in(placed)
         bounds: dict[int, int | None] = {}  # room_class -> how many of such a group to give (None: stuck)
         # A group of one is given whole unless it is stuck: how many more could be placed is moot.
-        ones = not groups.strict_fifo and not due
+        ones = not groups.strict_fifo
         blocking = self.may_block_drained(unfinished=unfinished, placed=placed, groups=groups)
-        stuck, usage, append = self.stuck, placed.usage, jobs.append
+        stuck, append = self.stuck, jobs.append
         for group in self.live_groups(
             unfinished=unfinished, placed=placed, groups=groups, due=due, blocking=blocking
         ):
             members = group.members
             take = given_per_group.get(group.key) if given_per_group else None
             if take is None and ones and len(members) == 1:
-                job = unfinished[members[0][1]]
-                if not stuck(job, room, usage):
-                    append(job)
+                job_id = members[0][1]
+                if job_id not in due:  # else given below, as a job that times out
+                    job = unfinished[job_id]
+                    if not stuck(job, room, placed):
+                        append(job)
                 continue
             if take is None:
                 room_class = group.room_class
@@ -519,18 +554,23 @@ class Reducer:
                     return take
         take = (
             None
-            if self.stuck(first, room, placed.usage)
+            if self.stuck(first, room, placed)
             else 1 + self.most_placed(first, room, strict_fifo=groups.strict_fifo)
         )
         if not groups.strict_fifo:
-            watched = tuple(
-                (placed.plan_changed, entry.training_plan)
-                if entry.training_plan is not None
-                else (placed.type_changed, entry.instance_type)
-                for entry in first.entries
-            )
+            watched = known[2] if known is not None else self._watched(first, placed)
             self._bounds[room_class] = (placed.changes, take, watched)
         return take
+
+    @staticmethod
+    def _watched(first: Job, placed: PlacedJobs) -> tuple:
+        """Where a change of a holding (a plan) shows that a bound of groups like `first`'s may differ."""
+        return tuple(
+            (placed.plan_changed, entry.training_plan)
+            if entry.training_plan is not None
+            else (placed.type_changed, entry.instance_type)
+            for entry in first.entries
+        )
 
     def live_groups(
         self,
@@ -662,10 +702,13 @@ class Reducer:
         return room
 
     def _room(self, share_id: int, entry: Entry, placed: PlacedJobs) -> int:
-        if entry.training_plan is not None:
-            return self.plan_counts.get(entry.training_plan, 0) - placed.plan_usage.get(
-                entry.training_plan, 0
-            )
+        plan_name = entry.training_plan
+        if plan_name is not None:
+            # No entry fits a plan that is not ACTIVE, drains, or is closed to the share (SPEC 3.3).
+            plan = self.plans.get(plan_name)
+            if plan is None or plan_name not in self.usable_plans or not plan_open_to_share(plan, share_id):
+                return 0
+            return plan.instance_count - placed.plan_usage.get(plan_name, 0)
         share = self.shares[share_id]
         instance_type = entry.instance_type
         used = placed.usage.get((share_id, instance_type), 0)
@@ -798,7 +841,7 @@ class Reducer:
             return (_HELD, 0)
         # None: stuck, and then at most 0 placed
         if one:
-            take = None if self.stuck(first, room, placed.usage) else 1
+            take = None if self.stuck(first, room, placed) else 1
         else:
             take = self.bound(first, room_class, room, placed, groups)
         if take is None and leave_out_stuck:
@@ -978,12 +1021,16 @@ class Reducer:
         victims are gone, taking its count back unless its share is RESERVE (which may have held that room
         already), so the lendable room of any moment is at most the room at the start plus, over the
         preemptions made so far, what their victims freed beyond their preemptor's placement; room under a
-        borrow limit grows only by what is taken from the share. Then no job of the group is placed or
-        preempts at any point of the pass, with or without it in the snapshot, and leaving the group out
+        borrow limit grows only by what is taken from the share. A plan's room never grows in a pass (nobody
+        preempts on a plan, and a plan that drains takes no entries), and in-share preemption needs a job of
+        lower priority placed before the pass, which no preemption adds. Then no job of the group is placed
+        or preempts at any point of the pass, with or without it in the snapshot, and leaving the group out
         changes nothing."""
         for share_id, entries, rooms in preempting.stuck:
             share = self.shares[share_id]
             for entry, room in zip(entries, rooms, strict=True):
+                if entry.training_plan is not None:
+                    continue
                 instance_type, count = entry.instance_type, entry.instance_count
                 took = taken.get((share_id, instance_type), 0)
                 limit = share.limits.get(instance_type, 0)
@@ -1047,22 +1094,26 @@ class Reducer:
                 return False
         return True
 
-    def stuck(self, job: Job, room, usage: Mapping[tuple[int, str], int]) -> bool:
-        """No job of this group can be placed or preempt in a pass that preempts nobody: every entry is on
-        demand, has no room now (room only shrinks), and would leave the share above its own limit (its usage
-        only grows), so reclaim cannot help; and the share has no in-share preemption. `held_at_ceiling` is
-        the case that depends on the share's usage alone."""
+    def stuck(self, job: Job, room, placed: PlacedJobs) -> bool:
+        """No job of this group can be placed or preempt in a pass that preempts nobody: no entry has room
+        now (room only shrinks, a plan's too: nobody preempts on a plan), and each entry on demand would leave
+        the share above its own limit (its usage only grows), so reclaim cannot help, nor in-share preemption:
+        the share holds no job of lower priority on the type (a pass's victims are jobs placed before it).
+        `held_at_ceiling` is the case that depends on the share's usage alone."""
         share = self.shares[job.share_id]
-        if share.in_share_preemption:
-            return False
+        usage = placed.usage
         for entry in job.entries:
-            if entry.training_plan is not None:
-                return False
             instance_type, count = entry.instance_type, entry.instance_count
             if room(share.id, entry) >= count:
                 return False
+            if entry.training_plan is not None:
+                continue
             if usage.get((share.id, instance_type), 0) + count <= share.limits.get(instance_type, 0):
                 return False
+            if share.in_share_preemption:
+                in_order = placed.in_victim_order.get((share.id, instance_type))
+                if in_order and in_order[0][0][0] < job.priority:  # the lowest priority it holds there
+                    return False
         return True
 
     def verdict(
@@ -1205,6 +1256,7 @@ class ShortcutDecider:
     def decide_reduced(self, now: float) -> Decisions | None:
         """Points 1, 2 and 5, then for a pass that preempts point 3; None when only the whole queue does."""
         moment = to_datetime(now)
+        self.reducer.begin_pass(moment, self.placed)
         due = {job_id for job_id in self.timeout_watch if pending_too_long(self.unfinished[job_id], moment)}
         snapshot_of, schedule, stats = self.whole.snapshots.of, self.whole.schedule, self.stats
         given_per_group: dict[GroupKey, int] = {}

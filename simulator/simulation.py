@@ -332,7 +332,10 @@ class Simulation:
         self.unknown_shares: dict[str, int] = {}
         # What the next snapshot holds (by job id), indexed for the shortcuts.
         self.unfinished: dict[int, Job] = {}
-        self.groups = RunnableGroups(strict_fifo=configuration.ordering == Ordering.STRICT_FIFO)
+        self.groups = RunnableGroups(
+            strict_fifo=configuration.ordering == Ordering.STRICT_FIFO,
+            by_priority={share.id for share in self.share_by_id.values() if share.in_share_preemption},
+        )
         self.placed = PlacedJobs(self.share_by_id)
         self.timeout_watch: set[int] = set()
         self.waiting: dict[tuple, int] = {}  # saturation key -> RUNNABLE jobs
@@ -346,7 +349,13 @@ class Simulation:
         self.decider: WholeQueueDecider | ShortcutDecider = (
             ShortcutDecider(
                 whole,
-                Reducer(shares=self.share_by_id, capacity=self.capacity, plans=self.plans, epoch=EPOCH),
+                Reducer(
+                    shares=self.share_by_id,
+                    capacity=self.capacity,
+                    plans=self.plans,
+                    epoch=EPOCH,
+                    plan_drain_seconds=configuration.plan_drain_seconds,
+                ),
                 unfinished=self.unfinished,
                 placed=self.placed,
                 groups=self.groups,

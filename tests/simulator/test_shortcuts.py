@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Ordering, Strategy
+from engine import JobStatus, Ordering, Strategy
+from engine import schedule as engine_schedule
 from simulator import Kind, philly, simulate
 from simulator.shortcuts import Reducer, ShortcutDecider
 from tests.simulator.builders import BIG, SMALL, T0, config, job, kinds, plan, share
@@ -160,6 +161,73 @@ def test_under_strict_fifo_a_drained_job_waits_behind_its_shares_held_head_in_th
         (Kind.ADMITTED, 1),
         (Kind.ADMITTED, 2),
         (Kind.PLAN_EXPIRING, 1),
+    ]
+
+
+def given_to_the_engine(setup, jobs, end):
+    """Replay without checks, and per pass (by its time) the ids of the RUNNABLE jobs the engine was given at
+    its first try; then replay again checking every pass against the whole queue (and the invariants)."""
+    given: dict[float, list[int]] = {}
+
+    def recording(snapshot, **options):
+        moment = snapshot.now.timestamp() - T0
+        given.setdefault(moment, sorted(j.id for j in snapshot.jobs if j.status == JobStatus.RUNNABLE))
+        return engine_schedule(snapshot, **options)
+
+    result = simulate(setup, jobs, start=T0, end=T0 + end, schedule_function=recording)
+    checked = simulate(setup, jobs, start=T0, end=T0 + end, verify_shortcuts=True, check=True)
+    assert checked.records == result.records
+    return result, given
+
+
+def test_a_job_only_a_plan_can_take_is_left_out_while_the_plan_takes_no_entries():
+    """Job 2 names only plan p, which starts at 600 s; job 4 names only plan q, whose drain window (600 s)
+    opened before it arrived. A pass before p starts is not given job 2 (it could neither fit nor wait nor
+    preempt on a plan), the pass at p's start is and places it; job 4 is never given."""
+    setup = config(
+        share("a", small=1),
+        share("b", small=2),
+        plans=(plan("p", SMALL, 1, 600, 7200), plan("q", SMALL, 1, 0, 1500)),
+        plan_drain_seconds=600,
+    )
+    jobs = [
+        job(1, "a", 0, 5000),
+        job(2, "a", 0, 1000, (SMALL, 1, "p")),
+        job(3, "b", 300, 100),
+        job(4, "b", 1000, 100, (SMALL, 1, "q")),
+        job(5, "b", 1000, 100),
+    ]
+
+    result, given = given_to_the_engine(setup, jobs, end=3000)
+
+    assert given[0] == [1]
+    assert given[300] == [3]
+    assert given[600] == [2]
+    assert given[1020] == [5]
+    admitted = {r.job_id: r.time - T0 for r in result.records if r.kind == Kind.ADMITTED}
+    assert admitted == {1: 0, 3: 300, 2: 600, 5: 1020}
+
+
+def test_an_in_share_group_is_given_only_while_its_share_holds_a_job_of_lower_priority_on_its_type():
+    """Share a (in-share preemption) holds both SMALL instances with jobs of priority 5. Job 3 (priority 5)
+    can preempt neither, nor be placed, so it is left out; job 4 (priority 9, the same preference list) is
+    given in the same pass (at its first try: the pass preempts, and is tried again as point 3 says) and
+    preempts one of them. The groups differ only in priority, so each is judged on its own."""
+    setup = config(share("a", small=2, in_share_preemption=True))
+    jobs = [
+        job(1, "a", 0, 5000, priority=5),
+        job(2, "a", 0, 5000, priority=5),
+        job(3, "a", 30, 100, priority=5),
+        job(4, "a", 60, 100, priority=9),
+    ]
+
+    result, given = given_to_the_engine(setup, jobs, end=1000)
+
+    assert given[0] == [1, 2]
+    assert 3 not in given.get(30, [])
+    assert given[60] == [4]
+    assert [(r.kind, r.job_id, r.time - T0) for r in result.records if r.kind != Kind.ADMITTED][:1] == [
+        (Kind.PREEMPTED_IN_SHARE, 2, 60)
     ]
 
 
