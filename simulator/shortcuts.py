@@ -93,7 +93,10 @@ What a pass starts from is kept as jobs come and go, not recomputed per pass: th
 invariant B's sum per type, which shares are over a limit (`PlacedJobs`), and which groups are held at their
 share's ceiling (recomputed for a share only when its usage or its groups change), how many jobs of a group
 point 2 gives (`Reducer.bound`, kept while the share's usage and invariant B's sum on the group's types stay
-as they were), and each holding's jobs in reclaim order.
+as they were), and each holding's jobs in reclaim order. Not under STRICT_FIFO, the groups are also indexed by
+their entries' type, plan and count (and, with in-share preemption, priority: `RunnableGroups.by_entry`), so a
+pass finds those not stuck from a few numbers per share and type (`Reducer.unstuck_groups`) rather than
+judging thousands of groups one by one.
 """
 
 from __future__ import annotations
@@ -191,6 +194,12 @@ class RunnableGroups:
         # share -> bumped whenever the groups of the share, or under STRICT_FIFO its head, change
         self.generation: dict[int, int] = {}
         self._room_classes: dict[Hashable, int] = {}
+        # The room classes with groups, by what could let them do something (`Reducer.unstuck_classes`; not
+        # under STRICT_FIFO): share -> (type, plan) of an entry -> its count -> classes, and for shares with
+        # in-share preemption, share -> type of an entry on demand -> the classes' priority -> classes
+        self.class_groups: dict[int, dict[GroupKey, Group]] = {}
+        self.by_entry: dict[int, dict[tuple[str, str | None], dict[int, dict[int, None]]]] = {}
+        self.by_priority_on: dict[int, dict[str, dict[int, dict[int, None]]]] = {}
 
     def key(self, job: Job) -> GroupKey:
         return (job.share_id, None) if self.strict_fifo else (job.share_id, (job.entries, job.priority))
@@ -210,6 +219,12 @@ class RunnableGroups:
             members = self.groups[key] = group.members
             self.of_share.setdefault(job.share_id, {})[key] = group
             self._changed(job.share_id)
+            if not self.strict_fifo:
+                in_class = self.class_groups.get(room_class)
+                if in_class is None:
+                    in_class = self.class_groups[room_class] = {}
+                    self._index(job, room_class, add=True)
+                in_class[key] = group
         elif self.strict_fifo:
             self._changed(job.share_id)
         insort(members, (queue_key(job), job.id))
@@ -221,16 +236,46 @@ class RunnableGroups:
         if not members:
             del self.groups[key]
             keys = self.of_share[job.share_id]
-            del keys[key]
+            room_class = keys.pop(key).room_class
             if not keys:
                 del self.of_share[job.share_id]
             self._changed(job.share_id)
+            if not self.strict_fifo:
+                in_class = self.class_groups[room_class]
+                del in_class[key]
+                if not in_class:
+                    del self.class_groups[room_class]
+                    self._index(job, room_class, add=False)
         elif self.strict_fifo:
             self._changed(job.share_id)
 
     def all(self) -> Iterator[Group]:
         for groups in self.of_share.values():
             yield from groups.values()
+
+    def _index(self, job: Job, room_class: int, *, add: bool) -> None:
+        """Enter a room class that got its first group in `by_entry` (and `by_priority_on`), or take out one
+        that lost its last."""
+        share_id = job.share_id
+        places = [
+            self.by_entry.setdefault(share_id, {})
+            .setdefault((entry.instance_type, entry.training_plan), {})
+            .setdefault(entry.instance_count, {})
+            for entry in job.entries
+        ]
+        if share_id in self.by_priority:
+            places.extend(
+                self.by_priority_on.setdefault(share_id, {})
+                .setdefault(entry.instance_type, {})
+                .setdefault(job.priority, {})
+                for entry in job.entries
+                if entry.training_plan is None
+            )
+        for classes in places:
+            if add:
+                classes[room_class] = None
+            else:
+                classes.pop(room_class, None)
 
     def _changed(self, share_id: int) -> None:
         self.generation[share_id] = self.generation.get(share_id, 0) + 1
@@ -468,21 +513,24 @@ class Reducer:
         last_taken: dict[GroupKey, int] = {}
         room = self.room_in(placed)
         bounds: dict[int, int | None] = {}  # room_class -> how many of such a group to give (None: stuck)
-        # A group of one is given whole unless it is stuck: how many more could be placed is moot.
-        ones = not groups.strict_fifo
         blocking = self.may_block_drained(unfinished=unfinished, placed=placed, groups=groups)
-        stuck, append = self.stuck, jobs.append
-        for group in self.live_groups(
-            unfinished=unfinished, placed=placed, groups=groups, due=due, blocking=blocking
-        ):
+        # Under STRICT_FIFO the groups not held at their ceiling, each then judged; else only those not stuck,
+        # and a group of one is then given whole: how many more could be placed is moot.
+        ones = not groups.strict_fifo
+        if ones:
+            candidates = self.unstuck_groups(placed=placed, groups=groups, room=room)
+        else:
+            candidates = self.live_groups(
+                unfinished=unfinished, placed=placed, groups=groups, due=due, blocking=blocking
+            )
+        append = jobs.append
+        for group in candidates:
             members = group.members
             take = given_per_group.get(group.key) if given_per_group else None
             if take is None and ones and len(members) == 1:
                 job_id = members[0][1]
                 if job_id not in due:  # else given below, as a job that times out
-                    job = unfinished[job_id]
-                    if not stuck(job, room, placed):
-                        append(job)
+                    append(unfinished[job_id])
                 continue
             if take is None:
                 room_class = group.room_class
@@ -571,6 +619,39 @@ class Reducer:
             else (placed.type_changed, entry.instance_type)
             for entry in first.entries
         )
+
+    def unstuck_groups(self, *, placed: PlacedJobs, groups: RunnableGroups, room) -> Iterator[Group]:
+        """Not under STRICT_FIFO: the groups of enabled shares that are not `stuck`, found from what could let
+        a class of them do something (`RunnableGroups.by_entry`) rather than class by class: an entry whose
+        count is within its share's room on it, or, on demand, within its room under its own limit (reclaim),
+        and with in-share preemption a priority above that of a job the share holds on the entry's type. A
+        group held at its share's ceiling (`held_at_ceiling`) is stuck too."""
+        usage = placed.usage
+        alive: dict[int, None] = {}
+        for share_id, by_entry in groups.by_entry.items():
+            share = self.shares[share_id]
+            if not share.enabled:
+                continue
+            limits = share.limits
+            for (instance_type, plan_name), by_count in by_entry.items():
+                most = room(share_id, Entry(instance_type, 1, plan_name))
+                if plan_name is None:
+                    most = max(most, limits.get(instance_type, 0) - usage.get((share_id, instance_type), 0))
+                for count, classes in by_count.items():
+                    if count <= most:
+                        alive.update(classes)
+            by_priority = groups.by_priority_on.get(share_id)
+            if by_priority:
+                for instance_type, classes_by_priority in by_priority.items():
+                    in_order = placed.in_victim_order.get((share_id, instance_type))
+                    if in_order:
+                        lowest = in_order[0][0][0]  # the lowest priority the share holds on the type
+                        for priority, classes in classes_by_priority.items():
+                            if priority > lowest:
+                                alive.update(classes)
+        class_groups = groups.class_groups
+        for room_class in alive:
+            yield from class_groups[room_class].values()
 
     def live_groups(
         self,

@@ -164,6 +164,41 @@ def test_under_strict_fifo_a_drained_job_waits_behind_its_shares_held_head_in_th
     ]
 
 
+def test_the_groups_found_unstuck_are_those_not_stuck_judged_one_by_one(philly_day, monkeypatch):
+    """`Reducer.unstuck_groups` finds the groups from an index of their entries; at every pass of a busy
+    replay (in-share preemption, borrow limits, RESERVE and LEND shares, plans) it finds exactly the groups
+    of enabled shares whose head `stuck` does not hold for."""
+    config, jobs, start = replay(
+        philly_day, strategy=Strategy.LEND_AND_BORROW, mixed=True, borrow_limit=50, in_share_preemption=True
+    )
+    found, reduced = Reducer.unstuck_groups, Reducer.jobs
+    unfinished = {}
+    checked = []
+
+    def reducing(self, **given):
+        unfinished.update(given["unfinished"])
+        return reduced(self, **given)
+
+    def compared(self, *, placed, groups, room):
+        unstuck = list(found(self, placed=placed, groups=groups, room=room))
+        one_by_one = [
+            group
+            for group in groups.all()
+            if self.shares[group.key[0]].enabled
+            and not self.stuck(unfinished[group.members[0][1]], room, placed)
+        ]
+        assert len(unstuck) == len({id(g) for g in unstuck}) == len(one_by_one)
+        assert {id(g) for g in unstuck} == {id(g) for g in one_by_one}
+        checked.append(len(one_by_one) < sum(1 for _ in groups.all()))
+        return iter(unstuck)
+
+    monkeypatch.setattr(Reducer, "jobs", reducing)
+    monkeypatch.setattr(Reducer, "unstuck_groups", compared)
+    simulate(config, jobs, start=start, end=start + HOURS * 3600)
+
+    assert len(checked) > 50 and sum(checked) > 25  # passes, and passes where some group was stuck
+
+
 def given_to_the_engine(setup, jobs, end):
     """Replay without checks, and per pass (by its time) the ids of the RUNNABLE jobs the engine was given at
     its first try; then replay again checking every pass against the whole queue (and the invariants)."""
