@@ -456,8 +456,11 @@ class _ForwardSimulation(Simulation):
         self.reached = self.start
         self.placed_type: dict[int, str] = {}
         self.ended: list[tuple[float, str]] = []
+        # Read at the replay's start, so the same in both replays (`_FirstPass` hands them on)
         self.problems: dict[tuple[str, tuple[Entry, ...]], str | None] = {}
         self.entry_problems: dict[tuple[str, Entry], str | None] = {}
+        if first_pass is not None:
+            self.problems, self.entry_problems = first_pass.problems, first_pass.entry_problems
         if lean and isinstance(self.decider, ShortcutDecider):
             # A busy queue's passes would mostly preempt a summed holding of such a share, then nobody among
             # its real jobs: each pass run twice (`shortcuts`, point 1).
@@ -557,6 +560,9 @@ class _FirstPass:
     # Where the last replay's passes that preempted started (`ShortcutDecider.preempting_start`): the same
     # holdings borrow and the same groups stay stuck in both replays, and any start is as exact.
     preempting_start: tuple | None = None
+    # Which jobs (entries) could never run, judged at the snapshot's time for both replays
+    problems: dict = field(default_factory=dict)
+    entry_problems: dict = field(default_factory=dict)
 
 
 class _SharedFirstPass:

@@ -258,20 +258,25 @@ class RunnableGroups:
         that lost its last."""
         share_id = job.share_id
         places = [
-            self.by_entry.setdefault(share_id, {})
-            .setdefault((entry.instance_type, entry.training_plan), {})
-            .setdefault(entry.instance_count, {})
+            (self.by_entry, (entry.instance_type, entry.training_plan), entry.instance_count)
             for entry in job.entries
         ]
         if share_id in self.by_priority:
             places.extend(
-                self.by_priority_on.setdefault(share_id, {})
-                .setdefault(entry.instance_type, {})
-                .setdefault(job.priority, {})
+                (self.by_priority_on, entry.instance_type, job.priority)
                 for entry in job.entries
                 if entry.training_plan is None
             )
-        for classes in places:
+        for index, outer, inner in places:
+            of_share = index.get(share_id)
+            if of_share is None:
+                of_share = index[share_id] = {}
+            by_inner = of_share.get(outer)
+            if by_inner is None:
+                by_inner = of_share[outer] = {}
+            classes = by_inner.get(inner)
+            if classes is None:
+                classes = by_inner[inner] = {}
             if add:
                 classes[room_class] = None
             else:
