@@ -515,6 +515,7 @@ class Reducer:
         """A pass that preempts nobody (points 1, 2 and 5): placed jobs summed, of each group the first jobs
         (as many as `bound` says, or as `given_per_group` says for groups an earlier try gave too few)."""
         jobs: list[Job] = [unfinished[job_id] for job_id in placed.on_plans]
+        waiting_from = len(jobs)
         last_taken: dict[GroupKey, int] = {}
         room = self.room_in(placed)
         bounds: dict[int, int | None] = {}  # room_class -> how many of such a group to give (None: stuck)
@@ -568,15 +569,24 @@ class Reducer:
                 taken.append(job_id)
         jobs.extend(unfinished[job_id] for job_id in due)
         shares, capacity = self.fold_idle_shares({job.share_id for job in jobs}, placed)
+        highest: dict[int, int] = {}  # share -> the highest priority of its waiting jobs given
+        if self.real_in_share:
+            for job in jobs[waiting_from:]:
+                top = highest.get(job.share_id)
+                if top is None or job.priority > top:
+                    highest[job.share_id] = job.priority
         lowest_priority: dict[tuple[int, str], int] = {}
         for share in shares:
             for instance_type in placed.types_of.get(share.id, ()):
                 key = (share.id, instance_type)
                 lowest = 0
-                # Only in-share preemption reads a victim's priority without also reading the real jobs.
+                # Only in-share preemption reads a victim's priority without also reading the real jobs. A
+                # holding none of whose jobs ranks below a job of its share given can lose none in-share: one
+                # placeholder at its lowest priority decides the same.
                 if share.in_share_preemption:
-                    lowest = lowest_priority[key] = min(placed.on_demand[key].values())
-                    if self.real_in_share:
+                    lowest = lowest_priority[key] = placed.in_victim_order[key][0][0][0]
+                    top = highest.get(share.id)
+                    if top is not None and top > lowest:
                         jobs.extend(unfinished[job_id] for job_id in placed.on_demand[key])
                         continue
                 jobs.append(self.placeholder(share.id, instance_type, placed.usage[key], lowest))

@@ -16,6 +16,7 @@ from engine import JobStatus, Ordering, Strategy
 from engine import schedule as engine_schedule
 from simulator import Kind, philly, simulate
 from simulator.shortcuts import Reducer, ShortcutDecider
+from simulator.simulation import Simulation
 from tests.simulator.builders import BIG, SMALL, T0, config, job, kinds, plan, share
 
 HOURS = 4
@@ -270,8 +271,9 @@ def test_an_in_share_group_is_given_only_while_its_share_holds_a_job_of_lower_pr
 @given(seed=st.integers(0, 10**6))
 def test_the_replay_of_random_configurations_decides_every_pass_as_the_whole_queue_would(philly_day, seed):
     """Random per-share strategies, borrow and lending limits, in-share preemption, disabled shares, plans
-    and drain windows, stop delays, priorities and timeouts, both orderings: `verify_shortcuts` checks each
-    pass against the whole queue and `check` the invariants. HYPOTHESIS_PROFILE=fuzz searches more."""
+    and drain windows, stop delays, priorities and timeouts, both orderings, holdings of shares with
+    in-share preemption given summed or real (`Reducer.real_in_share`): `verify_shortcuts` checks each pass
+    against the whole queue and `check` the invariants. HYPOTHESIS_PROFILE=fuzz searches more."""
     rows, vcs, mix = philly_day
     rng = random.Random(seed)
     setup = philly.philly_configuration(
@@ -328,4 +330,20 @@ def test_the_replay_of_random_configurations_decides_every_pass_as_the_whole_que
         if start <= one.submitted_at < start + hours * 3600
     ]
 
-    simulate(setup, jobs, start=start, end=start + hours * 3600, verify_shortcuts=True, check=True)
+    simulation = Simulation(
+        setup,
+        jobs,
+        start=start,
+        end=start + hours * 3600,
+        pass_interval=30.0,
+        pass_times=None,
+        check=True,
+        schedule_function=engine_schedule,
+        startup_seconds=0.0,
+        progress=None,
+        shortcuts=True,
+        verify_shortcuts=True,
+    )
+    if isinstance(simulation.decider, ShortcutDecider):  # as the estimator's replay gives them, or summed
+        simulation.decider.reducer.real_in_share = rng.random() < 0.5
+    simulation.run()
