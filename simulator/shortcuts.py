@@ -14,10 +14,12 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    frees its whole sum where the real jobs free part of it), so when it finds none, the real search finds
    none.
    Jobs on training plans stay real (drains name them). With `Reducer.real_in_share` (the estimator's
-   replay) the holdings of shares with in-share preemption are given as their real jobs: the victim search
-   then finds what the whole queue's finds among them (their priorities differ, and a placeholder at the
-   lowest of them offers the whole sum to any waiting job above it), and the argument is the same, since the
-   whole snapshot is the case where every holding is real.
+   replay) the holdings of shares with in-share preemption are given as their real jobs when a job of the
+   share given ranks above the holding's lowest priority: the victim search then finds what the whole
+   queue's finds among them (their priorities differ, and a placeholder at the lowest of them offers the
+   whole sum to any waiting job above it), and the argument is the same, since the whole snapshot is the
+   case where every holding is real. When none ranks above it, no job can be taken from it in-share, and
+   the placeholder decides the same.
 2. **Waiting jobs, the first few of each group.** RUNNABLE jobs of one share with the same preference list and
    priority form a group; the engine gets the first `k` of each group in queue order, plus every job due to
    time out. With no preemption in the pass, capacity only fills up while it runs and every fit rule is
