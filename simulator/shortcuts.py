@@ -202,6 +202,7 @@ class RunnableGroups:
         self.class_groups: dict[int, dict[GroupKey, Group]] = {}
         self.by_entry: dict[int, dict[tuple[str, str | None], dict[int, dict[int, None]]]] = {}
         self.by_priority_on: dict[int, dict[str, dict[int, dict[int, None]]]] = {}
+        self._places: dict[int, list[dict[int, None]]] = {}  # room class -> where it is in the index
 
     def key(self, job: Job) -> GroupKey:
         return (job.share_id, None) if self.strict_fifo else (job.share_id, (job.entries, job.priority))
@@ -258,31 +259,34 @@ class RunnableGroups:
     def _index(self, job: Job, room_class: int, *, add: bool) -> None:
         """Enter a room class that got its first group in `by_entry` (and `by_priority_on`), or take out one
         that lost its last."""
+        places = self._places.get(room_class)
+        if places is None:
+            places = self._places[room_class] = self._places_of(job)
+        if add:
+            for classes in places:
+                classes[room_class] = None
+        else:
+            for classes in places:
+                del classes[room_class]
+
+    def _places_of(self, job: Job) -> list[dict[int, None]]:
+        """The entries of the index a class of `job`'s belongs in (made as needed, kept even when empty)."""
         share_id = job.share_id
-        places = [
+        keys = [
             (self.by_entry, (entry.instance_type, entry.training_plan), entry.instance_count)
             for entry in job.entries
         ]
         if share_id in self.by_priority:
-            places.extend(
+            keys.extend(
                 (self.by_priority_on, entry.instance_type, job.priority)
                 for entry in job.entries
                 if entry.training_plan is None
             )
-        for index, outer, inner in places:
-            of_share = index.get(share_id)
-            if of_share is None:
-                of_share = index[share_id] = {}
-            by_inner = of_share.get(outer)
-            if by_inner is None:
-                by_inner = of_share[outer] = {}
-            classes = by_inner.get(inner)
-            if classes is None:
-                classes = by_inner[inner] = {}
-            if add:
-                classes[room_class] = None
-            else:
-                classes.pop(room_class, None)
+        places = []
+        for index, outer, inner in keys:
+            by_inner = index.setdefault(share_id, {}).setdefault(outer, {})
+            places.append(by_inner.setdefault(inner, {}))
+        return places
 
     def _changed(self, share_id: int) -> None:
         self.generation[share_id] = self.generation.get(share_id, 0) + 1
