@@ -377,8 +377,10 @@ def _forward(
         elif outcome.status == Status.FAILED and outcome.reason == "PENDING_TIMEOUT":
             never[job_id] = f"it waits longer than its max_pending_seconds, at {_clock(outcome.finished_at)}"
     cut_at = simulation.reached if simulation.cut_short else None
+    ends = simulation.ends_by_type()
+    simulation.release()
     return _Forward(
-        starts, placed_on, simulation.ends_by_type(), never, result.stats.passes_run, cut_at, result.stats
+        starts, placed_on, ends, never, result.stats.passes_run, cut_at, result.stats
     )
 
 

@@ -473,6 +473,11 @@ class Simulation:
             unknown_shares=self.unknown_shares,
         )
 
+    def release(self) -> None:
+        """Drop the replay's state once what is wanted of it was read. It refers to itself through its deciders
+        (and they to it), so without this only the cyclic collector frees it, walking all of it first."""
+        vars(self).clear()
+
     def _next_event(self) -> tuple[float, bool] | None:
         """The earliest thing that may change what a pass decides, and whether only a later pass sees it."""
         candidates: list[tuple[float, bool]] = []
