@@ -379,9 +379,7 @@ def _forward(
     cut_at = simulation.reached if simulation.cut_short else None
     ends = simulation.ends_by_type()
     simulation.release()
-    return _Forward(
-        starts, placed_on, ends, never, result.stats.passes_run, cut_at, result.stats
-    )
+    return _Forward(starts, placed_on, ends, never, result.stats.passes_run, cut_at, result.stats)
 
 
 def _decide(snapshot: Snapshot) -> Decisions:
