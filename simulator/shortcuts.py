@@ -941,6 +941,8 @@ class Reducer:
             first, placed.usage
         ):
             return (_HELD, 0)
+        if not leave_out_stuck and not cut_groups:
+            return None  # given whole whatever its bound
         # None: stuck, and then at most 0 placed
         if one:
             take = None if self.stuck(first, room, placed) else 1
