@@ -97,8 +97,8 @@ share's ceiling (recomputed for a share only when its usage or its groups change
 point 2 gives (`Reducer.bound`, kept while the share's usage and invariant B's sum on the group's types stay
 as they were), and each holding's jobs in reclaim order. Not under STRICT_FIFO, the groups are also indexed by
 their entries' type, plan and count (and, with in-share preemption, priority: `RunnableGroups.by_entry`), so a
-pass finds those not stuck from a few numbers per share and type (`Reducer.unstuck_groups`) rather than
-judging thousands of groups one by one.
+pass over many more groups than there are entries in that index finds those not stuck from a few numbers per share
+and type (`Reducer.unstuck_groups`) rather than judging thousands of groups one by one.
 """
 
 from __future__ import annotations
@@ -137,6 +137,9 @@ if TYPE_CHECKING:
 
 GROWTH = 4
 MAX_ATTEMPTS = 4
+# A pass finds the groups not stuck from their index when they outnumber its entries this many times over:
+# each entry costs about as much to read again as a group to judge (their results are kept alike).
+INDEX_FROM = 4
 
 
 class Verdict(enum.StrEnum):
@@ -184,6 +187,16 @@ class Group:
         self.room_class = room_class
 
 
+class Buckets:
+    """Room classes by a number (an entry's count, or a class's priority), and a count of the changes."""
+
+    __slots__ = ("by_number", "version")
+
+    def __init__(self) -> None:
+        self.by_number: dict[int, dict[int, None]] = {}
+        self.version = 0
+
+
 class RunnableGroups:
     """The RUNNABLE jobs of each share, grouped, each group in queue order (SPEC 3.2)."""
 
@@ -196,13 +209,15 @@ class RunnableGroups:
         # share -> bumped whenever the groups of the share, or under STRICT_FIFO its head, change
         self.generation: dict[int, int] = {}
         self._room_classes: dict[Hashable, int] = {}
-        # The room classes with groups, by what could let them do something (`Reducer.unstuck_classes`; not
-        # under STRICT_FIFO): share -> (type, plan) of an entry -> its count -> classes, and for shares with
-        # in-share preemption, share -> type of an entry on demand -> the classes' priority -> classes
+        # The room classes with groups, by what could let them do something (`Reducer.unstuck_groups`; not
+        # under STRICT_FIFO): share -> (type, plan) of an entry -> classes by its count, and for shares with
+        # in-share preemption, share -> type of an entry on demand -> classes by their priority
         self.class_groups: dict[int, dict[GroupKey, Group]] = {}
-        self.by_entry: dict[int, dict[tuple[str, str | None], dict[int, dict[int, None]]]] = {}
-        self.by_priority_on: dict[int, dict[str, dict[int, dict[int, None]]]] = {}
-        self._places: dict[int, list[dict[int, None]]] = {}  # room class -> where it is in the index
+        self.by_entry: dict[int, dict[tuple[str, str | None], Buckets]] = {}
+        self.by_priority_on: dict[int, dict[str, Buckets]] = {}
+        # room class -> where it is in the index
+        self._places: dict[int, list[tuple[Buckets, dict[int, None]]]] = {}
+        self.index_size = 0  # entries (`Buckets`) of the index
 
     def key(self, job: Job) -> GroupKey:
         return (job.share_id, None) if self.strict_fifo else (job.share_id, (job.entries, job.priority))
@@ -262,15 +277,15 @@ class RunnableGroups:
         places = self._places.get(room_class)
         if places is None:
             places = self._places[room_class] = self._places_of(job)
-        if add:
-            for classes in places:
+        for buckets, classes in places:
+            buckets.version += 1
+            if add:
                 classes[room_class] = None
-        else:
-            for classes in places:
+            else:
                 del classes[room_class]
 
-    def _places_of(self, job: Job) -> list[dict[int, None]]:
-        """The entries of the index a class of `job`'s belongs in (made as needed, kept even when empty)."""
+    def _places_of(self, job: Job) -> list[tuple[Buckets, dict[int, None]]]:
+        """Where in the index a class of `job`'s belongs (made as needed, kept even when empty)."""
         share_id = job.share_id
         keys = [
             (self.by_entry, (entry.instance_type, entry.training_plan), entry.instance_count)
@@ -284,8 +299,12 @@ class RunnableGroups:
             )
         places = []
         for index, outer, inner in keys:
-            by_inner = index.setdefault(share_id, {}).setdefault(outer, {})
-            places.append(by_inner.setdefault(inner, {}))
+            of_share = index.setdefault(share_id, {})
+            buckets = of_share.get(outer)
+            if buckets is None:
+                buckets = of_share[outer] = Buckets()
+                self.index_size += 1
+            places.append((buckets, buckets.by_number.setdefault(inner, {})))
         return places
 
     def _changed(self, share_id: int) -> None:
@@ -480,6 +499,8 @@ class Reducer:
         self._live: dict[int, tuple[tuple[int, int], list[Group]]] = {}
         # room_class -> (`PlacedJobs.changes` when worked out, `bound`, where to look for later changes)
         self._bounds: dict[int, tuple[int, int | None, tuple]] = {}
+        # (share, entry's (type, plan) or a type, by priority) -> (stamp, the classes it lets through)
+        self._unstuck: dict[tuple, tuple[tuple[int, int], dict[int, None]]] = {}
 
     def begin_pass(self, now: datetime, placed: PlacedJobs) -> None:
         """Which plans take entries in the pass at `now` (`_room`); a plan that starts taking them or stops
@@ -526,23 +547,27 @@ class Reducer:
         room = self.room_in(placed)
         bounds: dict[int, int | None] = {}  # room_class -> how many of such a group to give (None: stuck)
         blocking = self.may_block_drained(unfinished=unfinished, placed=placed, groups=groups)
-        # Under STRICT_FIFO the groups not held at their ceiling, each then judged; else only those not stuck,
-        # and a group of one is then given whole: how many more could be placed is moot.
+        # A group of one is given whole unless it is stuck: how many more could be placed is moot. The groups
+        # not held at their ceiling are each judged; or, not under STRICT_FIFO and with many more groups than
+        # entries in their index (`INDEX_FROM`), only the groups not stuck are found, from the index.
         ones = not groups.strict_fifo
-        if ones:
-            candidates = self.unstuck_groups(placed=placed, groups=groups, room=room)
+        by_index = ones and len(groups.groups) > INDEX_FROM * groups.index_size
+        if by_index:
+            candidates = self.unstuck_groups(placed=placed, groups=groups)
         else:
             candidates = self.live_groups(
                 unfinished=unfinished, placed=placed, groups=groups, due=due, blocking=blocking
             )
-        append = jobs.append
+        stuck, append = self.stuck, jobs.append
         for group in candidates:
             members = group.members
             take = given_per_group.get(group.key) if given_per_group else None
             if take is None and ones and len(members) == 1:
                 job_id = members[0][1]
                 if job_id not in due:  # else given below, as a job that times out
-                    append(unfinished[job_id])
+                    job = unfinished[job_id]
+                    if by_index or not stuck(job, room, placed):
+                        append(job)
                 continue
             if take is None:
                 room_class = group.room_class
@@ -641,38 +666,63 @@ class Reducer:
             for entry in first.entries
         )
 
-    def unstuck_groups(self, *, placed: PlacedJobs, groups: RunnableGroups, room) -> Iterator[Group]:
+    def unstuck_groups(self, *, placed: PlacedJobs, groups: RunnableGroups) -> Iterator[Group]:
         """Not under STRICT_FIFO: the groups of enabled shares that are not `stuck`, found from what could let
         a class of them do something (`RunnableGroups.by_entry`) rather than class by class: an entry whose
         count is within its share's room on it, or, on demand, within its room under its own limit (reclaim),
         and with in-share preemption a priority above that of a job the share holds on the entry's type. A
-        group held at its share's ceiling (`held_at_ceiling`) is stuck too."""
-        usage = placed.usage
+        group held at its share's ceiling (`held_at_ceiling`) is stuck too. What each entry of the index
+        lets through is kept until a holding on its type (its plan) or the classes in it change."""
         alive: dict[int, None] = {}
+        known = self._unstuck
+        type_changed, plan_changed = placed.type_changed, placed.plan_changed
         for share_id, by_entry in groups.by_entry.items():
-            share = self.shares[share_id]
-            if not share.enabled:
+            if not self.shares[share_id].enabled:
                 continue
-            limits = share.limits
-            for (instance_type, plan_name), by_count in by_entry.items():
-                most = room(share_id, Entry(instance_type, 1, plan_name))
-                if plan_name is None:
-                    most = max(most, limits.get(instance_type, 0) - usage.get((share_id, instance_type), 0))
-                for count, classes in by_count.items():
-                    if count <= most:
-                        alive.update(classes)
+            for key, buckets in by_entry.items():
+                instance_type, plan_name = key
+                changed = (
+                    type_changed.get(instance_type, 0)
+                    if plan_name is None
+                    else plan_changed.get(plan_name, 0)
+                )
+                stamp = (changed, buckets.version)
+                found = known.get((share_id, key, False))
+                if found is None or found[0] != stamp:
+                    most = self._most(share_id, instance_type, plan_name, placed)
+                    through: dict[int, None] = {}
+                    for count, classes in buckets.by_number.items():
+                        if count <= most:
+                            through.update(classes)
+                    found = known[share_id, key, False] = (stamp, through)
+                alive.update(found[1])
             by_priority = groups.by_priority_on.get(share_id)
             if by_priority:
-                for instance_type, classes_by_priority in by_priority.items():
-                    in_order = placed.in_victim_order.get((share_id, instance_type))
-                    if in_order:
-                        lowest = in_order[0][0][0]  # the lowest priority the share holds on the type
-                        for priority, classes in classes_by_priority.items():
-                            if priority > lowest:
-                                alive.update(classes)
+                for instance_type, buckets in by_priority.items():
+                    stamp = (type_changed.get(instance_type, 0), buckets.version)
+                    found = known.get((share_id, instance_type, True))
+                    if found is None or found[0] != stamp:
+                        through = {}
+                        in_order = placed.in_victim_order.get((share_id, instance_type))
+                        if in_order:
+                            lowest = in_order[0][0][0]  # the lowest priority the share holds on the type
+                            for priority, classes in buckets.by_number.items():
+                                if priority > lowest:
+                                    through.update(classes)
+                        found = known[share_id, instance_type, True] = (stamp, through)
+                    alive.update(found[1])
         class_groups = groups.class_groups
         for room_class in alive:
             yield from class_groups[room_class].values()
+
+    def _most(self, share_id: int, instance_type: str, plan_name: str | None, placed: PlacedJobs) -> int:
+        """The largest count an entry of the share on the type (plan) may have and not be stuck on: its room,
+        or on demand its room under its own limit, whichever is more."""
+        room = max(0, self._room(share_id, Entry(instance_type, 1, plan_name), placed))
+        if plan_name is not None:
+            return room
+        limit = self.shares[share_id].limits.get(instance_type, 0)
+        return max(room, limit - placed.usage.get((share_id, instance_type), 0))
 
     def live_groups(
         self,
