@@ -15,18 +15,17 @@ or the upper one (`latest`), see `TYPICAL`.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import time as wallclock
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from statistics import NormalDist
 
 from engine import Decisions, Entry, Job, JobStatus, Snapshot, schedule
+from engine.collector import collector_paused
 
 from .config import (
     EPOCH,
@@ -204,72 +203,30 @@ def estimate(
             estimates[job_id] = Estimate(job_id, None, None, f"no estimate: {error}")
         wanted = set()
     if wanted:
-        with _collector_paused():
-            typical, pessimistic = _replays(
-                snapshot,
-                configuration,
-                expectations,
-                wanted,
-                pass_interval,
-                horizon_seconds,
-                deadline,
-                resolution,
-                verify_shortcuts,
-                lean,
+        first_pass = _FirstPass() if lean else None  # what the earliest replay hands the latest one
+        with collector_paused():  # 10-15% of an estimate's CPU, in a worker
+            typical, pessimistic = (
+                _forward(
+                    snapshot,
+                    configuration,
+                    expectations,
+                    wanted,
+                    probability,
+                    pass_interval,
+                    horizon_seconds,
+                    deadline,
+                    resolution,
+                    verify_shortcuts,
+                    lean,
+                    first_pass,
+                )
+                for probability in (TYPICAL, PESSIMISTIC)
             )
         passes = typical.passes + pessimistic.passes
         replays = [typical.stats, pessimistic.stats]
         for job_id in sorted(wanted):
             estimates[job_id] = _combine(job_id, typical, pessimistic, snapshot.now, horizon_seconds)
     return EstimateRun(estimates, wallclock.perf_counter() - started, passes, replays)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The replays make and drop millions of small objects; each of the cyclic collector's full sweeps walks
-    the whole heap (in a worker, Django's and every module's objects too) and finds next to nothing to free.
-    Paused while they run (10-15% of an estimate's CPU), as it was after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _replays(
-    snapshot: Snapshot,
-    configuration: Configuration,
-    expectations: Expectations,
-    wanted: set[int],
-    pass_interval: float,
-    horizon_seconds: float,
-    deadline: float | None,
-    resolution: float,
-    verify_shortcuts: bool,
-    lean: bool,
-) -> tuple[_Forward, _Forward]:
-    """The `earliest` replay, then the `latest` one (which takes the first one's first pass when it can)."""
-    first_pass = _FirstPass() if lean else None
-    typical, pessimistic = (
-        _forward(
-            snapshot,
-            configuration,
-            expectations,
-            wanted,
-            probability,
-            pass_interval,
-            horizon_seconds,
-            deadline,
-            resolution,
-            verify_shortcuts,
-            lean,
-            first_pass,
-        )
-        for probability in (TYPICAL, PESSIMISTIC)
-    )
-    return typical, pessimistic
 
 
 def _never_reasons(snapshot: Snapshot, wanted: set[int]) -> dict[int, str]:
