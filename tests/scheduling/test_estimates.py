@@ -6,8 +6,11 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from engine import synthetic
 from scheduling import tasks
 from scheduling.models import Job, JobStatus, PendingState
 from scheduling.passes.run import queue_pass_run
@@ -15,6 +18,7 @@ from scheduling.selectors.estimates import runtime_expectations
 from scheduling.services.estimates import queue_estimates_refresh
 from scheduling.tasks import ESTIMATE_PRIORITY
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
+from tools.bench_pass.command import bench_cleanup, materialize
 
 pytestmark = pytest.mark.django_db
 
@@ -54,6 +58,31 @@ def test_too_few_finished_jobs_fall_back_to_the_default(nlp):
     finished(nlp, 10)
     expectations = runtime_expectations(job_queue=nlp.job_queue)
     assert expectations.runtime(999, nlp.pk, P5) == expectations.default
+
+
+def estimates_of_a_busy_queue(runnable: int) -> tuple[int, int]:
+    """(rows written, SQL statements) of one estimate run after a pass over the benchmark's synthetic queue."""
+    bench_cleanup()
+    queue = materialize(
+        synthetic.build_synthetic_snapshot(runnable=runnable, placed=runnable // 5, shares=6, types=3, seed=7)
+    )
+    queue_pass_run(job_queue_id=queue.pk)
+    with CaptureQueriesContext(connection) as captured:
+        written = queue_estimates_refresh(job_queue_id=queue.pk)
+    rows = PendingState.objects.filter(job__job_queue=queue)
+    assert written == rows.count()
+    assert not rows.filter(estimated_at=None).exists() and not rows.filter(estimate_basis="").exists()
+    assert rows.exclude(estimated_earliest=None).exists()
+    return written, len(captured)
+
+
+def test_every_estimate_of_a_busy_queue_is_written_in_the_same_statements_at_any_size():
+    """Hundreds of rows, and more than a PostgreSQL UPDATE carries in its own values (they go through a
+    staging table, as a pass's do): every pending row gets its estimate, and the statements do not grow."""
+    few, few_statements = estimates_of_a_busy_queue(300)
+    many, many_statements = estimates_of_a_busy_queue(1_500)
+    assert 200 < few < many
+    assert few_statements == many_statements
 
 
 def test_estimates_are_stored_beside_the_pending_reason(nlp, django_assert_max_num_queries):

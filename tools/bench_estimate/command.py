@@ -1,19 +1,30 @@
 """Benchmark one estimate run (SPEC 3.5) on a seeded busy queue. Prints figures; asserts nothing about time.
 
 The queue is `engine.synthetic`'s (the one `bench_pass` writes), read straight into a snapshot, so the figure
-is the estimator's own (the task's reads and bulk write are `bench_pass`-sized on top). Runtimes are learned
-quantile tables, seeded lognormal per share and type, as `scheduling.selectors.estimates` would hand them.
+is the estimator's own. Runtimes are learned quantile tables, seeded lognormal per share and type, as
+`scheduling.selectors.estimates` would hand them. `--database` times the task itself instead, on the
+configured database: the queue written as rows (`bench_pass`'s writer, under its `bench-` prefix), one pass
+committed, then the task's reads, its estimate and its write, taking turns `--repeat` times; the queue is
+deleted again after.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+import statistics
 import time
 
 from django.core.management.base import BaseCommand
+from django.db import connection
+from django.utils import timezone
 
 from engine import synthetic
+from scheduling.passes.run import queue_pass_run
+from scheduling.services.estimates import estimates_write, queue_estimates_compute
 from simulator.estimate import RESOLUTION, Expectations, Runtime, estimate
+from tools.bench_pass.command import bench_cleanup, materialize
+from tools.guard import require_scratch_database
 
 
 class Command(BaseCommand):
@@ -30,12 +41,21 @@ class Command(BaseCommand):
             "--resolution", type=float, default=RESOLUTION, help="the pass clock's (default: the estimator's)"
         )
         parser.add_argument(
+            "--database",
+            action="store_true",
+            help="time the estimate task on the configured database: reads, estimate, write (a scratch database)",
+        )
+        parser.add_argument("--repeat", type=int, default=3, help="with --database: runs (default 3)")
+        parser.add_argument(
             "--compare",
             action="store_true",
             help="also run the replay as first written (lean=False) and print the ratio of CPU seconds",
         )
 
     def handle(self, *args, **options):
+        if options["database"]:
+            self.task(options)
+            return
         snapshot = synthetic.build_synthetic_snapshot(
             runnable=options["runnable"],
             placed=options["placed"],
@@ -85,3 +105,41 @@ class Command(BaseCommand):
             f"{beyond:,} beyond the horizon, {cut:,} cut by the time limit"
         )
         return run, cpu, wall
+
+    def task(self, options) -> None:
+        """The estimate task on rows: `queue_estimates_compute` (reads and estimator) and `estimates_write`."""
+        require_scratch_database()
+        logging.getLogger("quotaportal.scheduling").setLevel(logging.WARNING)  # a line per decision
+        bench_cleanup()
+        try:
+            queue = materialize(
+                synthetic.build_synthetic_snapshot(
+                    runnable=options["runnable"],
+                    placed=options["placed"],
+                    shares=options["shares"],
+                    types=options["types"],
+                    seed=options["seed"],
+                )
+            )
+            queue_pass_run(job_queue_id=queue.pk, trigger="bench")
+            reads, estimates, writes, totals = [], [], [], []
+            for _ in range(max(1, options["repeat"])):
+                now = timezone.now()
+                started = time.perf_counter()
+                run = queue_estimates_compute(job_queue=queue, now=now)
+                computed = time.perf_counter()
+                written = estimates_write(run.estimates, now=now)
+                ended = time.perf_counter()
+                reads.append(computed - started - run.seconds)
+                estimates.append(run.seconds)
+                writes.append(ended - computed)
+                totals.append(ended - started)
+        finally:
+            bench_cleanup()
+        self.stdout.write(
+            f"estimate task on {connection.vendor}: {options['runnable']:,} RUNNABLE, {options['placed']:,} "
+            f"placed, one pass committed, then {written:,} pending rows estimated; median of "
+            f"{len(totals)}, wall seconds: {statistics.median(totals):.2f} s in all = reads "
+            f"{statistics.median(reads):.2f} + estimate {statistics.median(estimates):.2f} + write "
+            f"{statistics.median(writes):.2f} ({run.passes} engine passes)"
+        )

@@ -1,0 +1,31 @@
+"""`bench_estimate` times the estimator on the synthetic queue, and with `--database` the estimate task on rows."""
+
+import re
+from io import StringIO
+
+from django.core.management import call_command
+
+from scheduling.models import Job, JobQueue
+from tools.bench_estimate.command import Command
+
+
+def test_the_estimator_alone_is_timed_on_the_synthetic_queue(db):
+    out = StringIO()
+    call_command(Command(), "--runnable", "300", "--placed", "60", stdout=out)
+    assert re.match(r"estimate: 300 RUNNABLE, 60 placed: [\d.]+ s CPU, .* engine passes", out.getvalue())
+    assert not Job.objects.exists()
+
+
+def test_the_task_is_timed_on_rows_and_its_queue_deleted_after(db):
+    out = StringIO()
+    call_command(Command(), "--database", "--runnable", "300", "--placed", "60", "--repeat", "1", stdout=out)
+    line = out.getvalue()
+    found = re.match(
+        r"estimate task on \w+: 300 RUNNABLE, 60 placed, one pass committed, then (\d+) pending rows "
+        r"estimated; median of 1, wall seconds: ([\d.]+) s in all = reads ([\d.]+) \+ estimate ([\d.]+) "
+        r"\+ write ([\d.]+)",
+        line,
+    )
+    assert found, line
+    assert int(found[1]) > 0
+    assert not JobQueue.objects.filter(name__startswith="bench-").exists() and not Job.objects.exists()
