@@ -1,5 +1,6 @@
 """`bench_estimate` times the estimator on the synthetic queue, and with `--database` the estimate task on rows."""
 
+import logging
 import re
 from io import StringIO
 
@@ -17,6 +18,7 @@ def test_the_estimator_alone_is_timed_on_the_synthetic_queue(db):
 
 
 def test_the_task_is_timed_on_rows_and_its_queue_deleted_after(db):
+    level = logging.getLogger("quotaportal.scheduling").level
     out = StringIO()
     call_command(Command(), "--database", "--runnable", "300", "--placed", "60", "--repeat", "1", stdout=out)
     line = out.getvalue()
@@ -29,3 +31,5 @@ def test_the_task_is_timed_on_rows_and_its_queue_deleted_after(db):
     assert found, line
     assert int(found[1]) > 0
     assert not JobQueue.objects.filter(name__startswith="bench-").exists() and not Job.objects.exists()
+    # It quiets the scheduling log while it runs, and leaves it as it was for whatever runs next.
+    assert logging.getLogger("quotaportal.scheduling").level == level

@@ -109,7 +109,9 @@ class Command(BaseCommand):
     def task(self, options) -> None:
         """The estimate task on rows: `queue_estimates_compute` (reads and estimator) and `estimates_write`."""
         require_scratch_database()
-        logging.getLogger("quotaportal.scheduling").setLevel(logging.WARNING)  # a line per decision
+        log = logging.getLogger("quotaportal.scheduling")
+        level = log.level
+        log.setLevel(logging.WARNING)  # a line per decision would bury the figures
         bench_cleanup()
         try:
             queue = materialize(
@@ -136,6 +138,7 @@ class Command(BaseCommand):
                 totals.append(ended - started)
         finally:
             bench_cleanup()
+            log.setLevel(level)
         self.stdout.write(
             f"estimate task on {connection.vendor}: {options['runnable']:,} RUNNABLE, {options['placed']:,} "
             f"placed, one pass committed, then {written:,} pending rows estimated; median of "
