@@ -357,6 +357,11 @@ class PlacedJobs:
         insort(self.in_victim_order[key], (victim_key(job, placement), job.id, placement.instance_count))
         self._change(key, placement.instance_count)
 
+    def lowest_priority(self, share_id: int, instance_type: str) -> int | None:
+        """The lowest priority of the share's jobs placed on demand on the type (first in reclaim order)."""
+        in_order = self.in_victim_order.get((share_id, instance_type))
+        return in_order[0][0][0] if in_order else None
+
     def touch_plan(self, plan: str) -> None:
         """Count a change of what the plan offers (it started or stopped taking entries)."""
         self.changes += 1
@@ -486,7 +491,6 @@ class Reducer:
             for share in shares.values()
         }
         self.plans = {plan.name: plan for plan in plans}
-        self.plan_counts = {name: plan.instance_count for name, plan in self.plans.items()}
         self.plan_drain_seconds = plan_drain_seconds
         # The plans an entry may be placed on in this pass (ACTIVE, not draining), set by `begin_pass`
         self.usable_plans: frozenset[str] = frozenset(self.plans)
@@ -553,7 +557,7 @@ class Reducer:
         ones = not groups.strict_fifo
         by_index = ones and len(groups.groups) > INDEX_FROM * groups.index_size
         if by_index:
-            candidates = self.unstuck_groups(placed=placed, groups=groups)
+            candidates = self.unstuck_groups(placed=placed, groups=groups, room=room)
         else:
             candidates = self.live_groups(
                 unfinished=unfinished, placed=placed, groups=groups, due=due, blocking=blocking
@@ -615,7 +619,7 @@ class Reducer:
                 # holding none of whose jobs ranks below a job of its share given can lose none in-share: one
                 # placeholder at its lowest priority decides the same.
                 if share.in_share_preemption:
-                    lowest = lowest_priority[key] = placed.in_victim_order[key][0][0][0]
+                    lowest = lowest_priority[key] = placed.lowest_priority(share.id, instance_type)
                     top = highest.get(share.id)
                     if top is not None and top > lowest:
                         jobs.extend(unfinished[job_id] for job_id in placed.on_demand[key])
@@ -666,7 +670,7 @@ class Reducer:
             for entry in first.entries
         )
 
-    def unstuck_groups(self, *, placed: PlacedJobs, groups: RunnableGroups) -> Iterator[Group]:
+    def unstuck_groups(self, *, placed: PlacedJobs, groups: RunnableGroups, room) -> Iterator[Group]:
         """Not under STRICT_FIFO: the groups of enabled shares that are not `stuck`, found from what could let
         a class of them do something (`RunnableGroups.by_entry`) rather than class by class: an entry whose
         count is within its share's room on it, or, on demand, within its room under its own limit (reclaim),
@@ -689,7 +693,7 @@ class Reducer:
                 stamp = (changed, buckets.version)
                 found = known.get((share_id, key, False))
                 if found is None or found[0] != stamp:
-                    most = self._most(share_id, instance_type, plan_name, placed)
+                    most = self.most_unstuck(share_id, Entry(instance_type, 1, plan_name), room, placed)
                     through: dict[int, None] = {}
                     for count, classes in buckets.by_number.items():
                         if count <= most:
@@ -703,9 +707,8 @@ class Reducer:
                     found = known.get((share_id, instance_type, True))
                     if found is None or found[0] != stamp:
                         through = {}
-                        in_order = placed.in_victim_order.get((share_id, instance_type))
-                        if in_order:
-                            lowest = in_order[0][0][0]  # the lowest priority the share holds on the type
+                        lowest = placed.lowest_priority(share_id, instance_type)
+                        if lowest is not None:
                             for priority, classes in buckets.by_number.items():
                                 if priority > lowest:
                                     through.update(classes)
@@ -715,14 +718,16 @@ class Reducer:
         for room_class in alive:
             yield from class_groups[room_class].values()
 
-    def _most(self, share_id: int, instance_type: str, plan_name: str | None, placed: PlacedJobs) -> int:
-        """The largest count an entry of the share on the type (plan) may have and not be stuck on: its room,
-        or on demand its room under its own limit, whichever is more."""
-        room = max(0, self._room(share_id, Entry(instance_type, 1, plan_name), placed))
-        if plan_name is not None:
-            return room
+    def most_unstuck(self, share_id: int, entry: Entry, room, placed: PlacedJobs) -> int:
+        """The largest count an entry of the share on the entry's type (plan) may have and still be placed or
+        reclaim in a pass that preempts nobody (`stuck`): its room, or on demand its room under its own limit,
+        whichever is more. Its own count plays no part."""
+        most = room(share_id, entry)
+        if entry.training_plan is not None:
+            return most
+        instance_type = entry.instance_type
         limit = self.shares[share_id].limits.get(instance_type, 0)
-        return max(room, limit - placed.usage.get((share_id, instance_type), 0))
+        return max(most, limit - placed.usage.get((share_id, instance_type), 0))
 
     def live_groups(
         self,
@@ -836,7 +841,7 @@ class Reducer:
         if not strict_fifo:
             return sum(room(first.share_id, entry) // entry.instance_count for entry in first.entries)
         on_demand = sum(room(first.share_id, Entry(instance_type, 1)) for instance_type in self.capacity)
-        on_plans = sum(room(first.share_id, Entry("", 1, plan)) for plan in self.plan_counts)
+        on_plans = sum(room(first.share_id, Entry("", 1, plan)) for plan in self.plans)
         return on_demand + on_plans
 
     def room_in(self, placed: PlacedJobs):
@@ -1254,19 +1259,14 @@ class Reducer:
         the share above its own limit (its usage only grows), so reclaim cannot help, nor in-share preemption:
         the share holds no job of lower priority on the type (a pass's victims are jobs placed before it).
         `held_at_ceiling` is the case that depends on the share's usage alone."""
-        share = self.shares[job.share_id]
-        usage = placed.usage
+        share_id = job.share_id
+        in_share = self.shares[share_id].in_share_preemption
         for entry in job.entries:
-            instance_type, count = entry.instance_type, entry.instance_count
-            if room(share.id, entry) >= count:
+            if entry.instance_count <= self.most_unstuck(share_id, entry, room, placed):
                 return False
-            if entry.training_plan is not None:
-                continue
-            if usage.get((share.id, instance_type), 0) + count <= share.limits.get(instance_type, 0):
-                return False
-            if share.in_share_preemption:
-                in_order = placed.in_victim_order.get((share.id, instance_type))
-                if in_order and in_order[0][0][0] < job.priority:  # the lowest priority it holds there
+            if in_share and entry.training_plan is None:
+                lowest = placed.lowest_priority(share_id, entry.instance_type)
+                if lowest is not None and lowest < job.priority:
                     return False
         return True
 

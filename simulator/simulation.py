@@ -938,8 +938,7 @@ class Simulation:
                     for share_id, _, waiting_priority in self.waiting_on_type.get(
                         admission.instance_type, ()
                     ):
-                        if waiting_priority > of_type.get(share_id, waiting_priority - 1):
-                            of_type[share_id] = waiting_priority
+                        of_type[share_id] = max(of_type.get(share_id, waiting_priority), waiting_priority)
                 waiting_priority = of_type.get(admission.share_id)
                 if (
                     waiting_priority is not None

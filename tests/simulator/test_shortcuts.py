@@ -178,8 +178,8 @@ def test_the_groups_found_unstuck_are_those_not_stuck_judged_one_by_one(philly_d
 
     def reducing(self, **given):
         placed, groups, unfinished = given["placed"], given["groups"], given["unfinished"]
-        unstuck = list(self.unstuck_groups(placed=placed, groups=groups))
         room = self.room_in(placed)
+        unstuck = list(self.unstuck_groups(placed=placed, groups=groups, room=room))
         one_by_one = [
             group
             for group in groups.all()
