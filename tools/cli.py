@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def run_command(module: str, name: str) -> None:
@@ -23,3 +26,17 @@ def run_command(module: str, name: str) -> None:
     django.setup()
     command = importlib.import_module(module).Command()
     command.run_from_argv([f"python -m tools.{name}", name, *sys.argv[1:]])
+
+
+@contextmanager
+def log_quieted(name: str, level: int) -> Iterator[None]:
+    """The logger `name` at `level` for the block (a bench's line per decision, or per expected error, would
+    bury its figures), and as it was after: the tools also run inside the test suite, where later tests read
+    those lines."""
+    log = logging.getLogger(name)
+    before = log.level
+    log.setLevel(level)
+    try:
+        yield
+    finally:
+        log.setLevel(before)

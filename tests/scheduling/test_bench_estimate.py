@@ -4,7 +4,9 @@ import logging
 import re
 from io import StringIO
 
+import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from scheduling.models import Job, JobQueue
 from tools.bench_estimate.command import Command
@@ -33,3 +35,8 @@ def test_the_task_is_timed_on_rows_and_its_queue_deleted_after(db):
     assert not JobQueue.objects.filter(name__startswith="bench-").exists() and not Job.objects.exists()
     # It quiets the scheduling log while it runs, and leaves it as it was for whatever runs next.
     assert logging.getLogger("quotaportal.scheduling").level == level
+
+
+def test_a_repeat_below_one_is_refused_naming_it(db):
+    with pytest.raises(CommandError, match="--repeat >= 1"):
+        call_command(Command(), "--database", "--repeat", "0", stdout=StringIO())

@@ -15,7 +15,7 @@ import random
 import statistics
 import time
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.utils import timezone
 
@@ -24,6 +24,7 @@ from scheduling.passes.run import queue_pass_run
 from scheduling.services.estimates import estimates_write, queue_estimates_compute
 from simulator.estimate import RESOLUTION, Expectations, Runtime, estimate
 from tools.bench_pass.command import bench_cleanup, materialize
+from tools.cli import log_quieted
 from tools.guard import require_scratch_database
 
 
@@ -53,6 +54,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        if options["repeat"] < 1:
+            raise CommandError("need --repeat >= 1")
         if options["database"]:
             self.task(options)
             return
@@ -109,36 +112,34 @@ class Command(BaseCommand):
     def task(self, options) -> None:
         """The estimate task on rows: `queue_estimates_compute` (reads and estimator) and `estimates_write`."""
         require_scratch_database()
-        log = logging.getLogger("quotaportal.scheduling")
-        level = log.level
-        log.setLevel(logging.WARNING)  # a line per decision would bury the figures
         bench_cleanup()
-        try:
-            queue = materialize(
-                synthetic.build_synthetic_snapshot(
-                    runnable=options["runnable"],
-                    placed=options["placed"],
-                    shares=options["shares"],
-                    types=options["types"],
-                    seed=options["seed"],
+        # a line per decision would bury the figures
+        with log_quieted("quotaportal.scheduling", logging.WARNING):
+            try:
+                queue = materialize(
+                    synthetic.build_synthetic_snapshot(
+                        runnable=options["runnable"],
+                        placed=options["placed"],
+                        shares=options["shares"],
+                        types=options["types"],
+                        seed=options["seed"],
+                    )
                 )
-            )
-            queue_pass_run(job_queue_id=queue.pk, trigger="bench")
-            reads, estimates, writes, totals = [], [], [], []
-            for _ in range(max(1, options["repeat"])):
-                now = timezone.now()
-                started = time.perf_counter()
-                run = queue_estimates_compute(job_queue=queue, now=now)
-                computed = time.perf_counter()
-                written = estimates_write(run.estimates, now=now)
-                ended = time.perf_counter()
-                reads.append(computed - started - run.seconds)
-                estimates.append(run.seconds)
-                writes.append(ended - computed)
-                totals.append(ended - started)
-        finally:
-            bench_cleanup()
-            log.setLevel(level)
+                queue_pass_run(job_queue_id=queue.pk, trigger="bench")
+                reads, estimates, writes, totals = [], [], [], []
+                for _ in range(options["repeat"]):
+                    now = timezone.now()
+                    started = time.perf_counter()
+                    run = queue_estimates_compute(job_queue=queue, now=now)
+                    computed = time.perf_counter()
+                    written = estimates_write(run.estimates, now=now)
+                    ended = time.perf_counter()
+                    reads.append(computed - started - run.seconds)
+                    estimates.append(run.seconds)
+                    writes.append(ended - computed)
+                    totals.append(ended - started)
+            finally:
+                bench_cleanup()
         self.stdout.write(
             f"estimate task on {connection.vendor}: {options['runnable']:,} RUNNABLE, {options['placed']:,} "
             f"placed, one pass committed, then {written:,} pending rows estimated; median of "

@@ -38,6 +38,7 @@ from scheduling.models import (
     ServiceEnvironment,
     Team,
 )
+from tools.cli import log_quieted
 from tools.guard import require_scratch_database
 
 PREFIX = "bench-events"
@@ -78,23 +79,23 @@ class Command(BaseCommand):
         if events < 10_000 or jobs < 10 or events < jobs * len(LIFE) or repeat < 1 or parallel < 0:
             raise CommandError("need --events >= 10000, --jobs >= 10, --events >= 8 x --jobs, --repeat >= 1")
         require_scratch_database()
-        logging.getLogger("django.request").setLevel(logging.ERROR)  # the 400 of the capped page, expected
         self.explain = explain and connection.vendor == "postgresql"
         self.stdout.write(f"database: {connection.vendor}; median of {repeat}")
         bench_cleanup()
-        try:
-            started = time.perf_counter()
-            world = materialize(n_events=events, n_jobs=jobs)
-            self.stdout.write(
-                f"wrote {events:,} events of {jobs:,} jobs in {time.perf_counter() - started:.0f} s "
-                f"(ids {world['first_id']}..{world['last_id']})"
-            )
-            self.measure(world, repeat=repeat, parallel=parallel)
-        finally:
-            if not keep:
+        with log_quieted("django.request", logging.ERROR):  # the 400 of the capped page, expected
+            try:
                 started = time.perf_counter()
-                bench_cleanup()
-                self.stdout.write(f"cleaned up in {time.perf_counter() - started:.0f} s")
+                world = materialize(n_events=events, n_jobs=jobs)
+                self.stdout.write(
+                    f"wrote {events:,} events of {jobs:,} jobs in {time.perf_counter() - started:.0f} s "
+                    f"(ids {world['first_id']}..{world['last_id']})"
+                )
+                self.measure(world, repeat=repeat, parallel=parallel)
+            finally:
+                if not keep:
+                    started = time.perf_counter()
+                    bench_cleanup()
+                    self.stdout.write(f"cleaned up in {time.perf_counter() - started:.0f} s")
 
     def measure(self, world: dict, *, repeat: int, parallel: int) -> None:
         client = member_client(world["token"])

@@ -48,6 +48,7 @@ from scheduling.models import (
 )
 from scheduling.passes import run as passes
 from scheduling.passes import snapshot
+from tools.cli import log_quieted
 from tools.guard import require_scratch_database
 
 PREFIX = "bench-"
@@ -86,34 +87,34 @@ class Command(BaseCommand):
             )
             return
         require_scratch_database()
-        # A line per decision would bury the figures.
-        logging.getLogger("quotaportal.scheduling").setLevel(logging.WARNING)
         self.stdout.write(
             f"database: {connection.vendor}; {runnable} RUNNABLE + {placed} placed jobs, "
             f"{shares} shares, {types} types, median of {repeat}"
         )
         bench_cleanup()
-        try:
-            small = self.measure(
-                runnable=max(1, runnable // 10),
-                placed=placed // 10,
-                shares=shares,
-                types=types,
-                repeat=repeat,
-                seed=seed,
-            )
-            bench_cleanup()
-            full = self.measure(
-                runnable=runnable,
-                placed=placed,
-                shares=shares,
-                types=types,
-                repeat=repeat,
-                seed=seed,
-                memory=memory,
-            )
-        finally:
-            bench_cleanup()
+        # A line per decision would bury the figures.
+        with log_quieted("quotaportal.scheduling", logging.WARNING):
+            try:
+                small = self.measure(
+                    runnable=max(1, runnable // 10),
+                    placed=placed // 10,
+                    shares=shares,
+                    types=types,
+                    repeat=repeat,
+                    seed=seed,
+                )
+                bench_cleanup()
+                full = self.measure(
+                    runnable=runnable,
+                    placed=placed,
+                    shares=shares,
+                    types=types,
+                    repeat=repeat,
+                    seed=seed,
+                    memory=memory,
+                )
+            finally:
+                bench_cleanup()
         rows = [
             ("engine decision time", f"{full['engine_s']:.3f} s"),
             (
