@@ -448,6 +448,10 @@ class PreemptingSnapshot(ReducedSnapshot):
 class Reducer:
     """Builds the reduced job list of a pass and judges whether the engine's decisions on it are exact."""
 
+    # Point 1 with the real jobs of the holdings of shares with in-share preemption (the estimator's replay
+    # sets it on its reducer)
+    real_in_share = False
+
     def __init__(
         self,
         *,
@@ -495,8 +499,6 @@ class Reducer:
         # The plans an entry may be placed on in this pass (ACTIVE, not draining), set by `begin_pass`
         self.usable_plans: frozenset[str] = frozenset(self.plans)
         self.epoch = epoch
-        # Point 1 with the real jobs of the holdings of shares with in-share preemption
-        self.real_in_share = False
         self._placeholders: dict[tuple[int, str, int, int], Job] = {}
         self._ids: dict[tuple[int, str], int] = {}
         # share -> ((its usage generation, its groups' generation), its groups not held at its ceiling)

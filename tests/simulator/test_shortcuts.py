@@ -16,7 +16,6 @@ from engine import JobStatus, Ordering, Strategy
 from engine import schedule as engine_schedule
 from simulator import Kind, philly, simulate
 from simulator.shortcuts import Reducer, ShortcutDecider
-from simulator.simulation import Simulation
 from tests.simulator.builders import BIG, SMALL, T0, config, job, kinds, plan, share
 
 HOURS = 4
@@ -327,20 +326,6 @@ def test_the_replay_of_random_configurations_decides_every_pass_as_the_whole_que
         if start <= one.submitted_at < start + hours * 3600
     ]
 
-    simulation = Simulation(
-        setup,
-        jobs,
-        start=start,
-        end=start + hours * 3600,
-        pass_interval=30.0,
-        pass_times=None,
-        check=True,
-        schedule_function=engine_schedule,
-        startup_seconds=0.0,
-        progress=None,
-        shortcuts=True,
-        verify_shortcuts=True,
-    )
-    if isinstance(simulation.decider, ShortcutDecider):  # as the estimator's replay gives them, or summed
-        simulation.decider.reducer.real_in_share = rng.random() < 0.5
-    simulation.run()
+    with pytest.MonkeyPatch.context() as patch:  # as the estimator's replay gives them, or summed
+        patch.setattr(Reducer, "real_in_share", rng.random() < 0.5)
+        simulate(setup, jobs, start=start, end=start + hours * 3600, verify_shortcuts=True, check=True)
