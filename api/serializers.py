@@ -419,8 +419,10 @@ class JobSerializer(StrictModelSerializer):
             "preemption_retries_before_termination",
             "max_pending_seconds",
             "duration_seconds",
+            "attempt_duration_seconds",
             "payload",
             "client_token",
+            "submitted_via",
             "status",
             "status_reason",
             "selected_instance_type",
@@ -439,6 +441,7 @@ class JobSerializer(StrictModelSerializer):
             "stopped_at",
         ]
         read_only_fields = [
+            "submitted_via",
             "status",
             "status_reason",
             "selected_instance_count",

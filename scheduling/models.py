@@ -31,6 +31,7 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_STOP_GRACE_SECONDS = 3600
 MIN_LEASE_SECONDS = 10
 MAX_LEASE_SECONDS = 86400
+MAX_ATTEMPT_DURATION_SECONDS = 2_592_000  # 30 days, AWS Batch's own bound on timeoutConfig
 
 
 # Choices are labelled with their codes, the SPEC's spelling: one way on the pages, in the admin and the API
@@ -414,6 +415,17 @@ class Job(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
     duration_seconds = models.PositiveIntegerField(null=True, blank=True)
+    attempt_duration_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_ATTEMPT_DURATION_SECONDS)],
+        help_text="An attempt placed longer than this is stopped and counts as failed (ATTEMPT_TIMEOUT).",
+    )
+    # On a failed attempt the first matching rule decides: [{"action": "RETRY"|"EXIT", "on_status_reason",
+    # "on_reason", "on_exit_code": glob}] (AWS Batch's evaluateOnExit; `scheduling.retry`).
+    retry_rules = models.JSONField(default=list, blank=True)
+    # Where it was submitted: "" (the pages or /api/v1/) or "aws" (the AWS-compatible API).
+    submitted_via = models.CharField(max_length=16, blank=True, default="")
     payload = models.JSONField(default=dict, blank=True)
     # NULL, not "": jobs without a token must not collide under the per-user unique constraint.
     client_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
@@ -466,6 +478,14 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(max_pending_seconds__isnull=True) | Q(max_pending_seconds__gte=1),
                 name="job_max_pending_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(attempt_duration_seconds__isnull=True)
+                | Q(
+                    attempt_duration_seconds__gte=1,
+                    attempt_duration_seconds__lte=MAX_ATTEMPT_DURATION_SECONDS,
+                ),
+                name="job_attempt_duration_range",
             ),
             models.UniqueConstraint(
                 fields=["submitted_by", "client_token"],
@@ -633,6 +653,7 @@ class EventKind(models.TextChoices):
     FAILED = "FAILED", "failed"
     CANCELLED = "CANCELLED", "cancelled"
     CONFIG_CHANGED = "CONFIG_CHANGED", "configuration changed"
+    ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT", "attempt timed out"
 
 
 PREEMPTION_KINDS = (

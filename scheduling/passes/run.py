@@ -20,11 +20,11 @@ import engine
 from engine import types as et
 from engine.collector import collector_paused
 from engine.due import next_pass_due
-from scheduling.models import JobQueue, SchedulingPass
+from scheduling.models import PLACED_STATUSES, JobQueue, SchedulingPass
 from scheduling.passes.due import pass_due_forget, pass_due_record
 from scheduling.passes.histogram import pass_histogram_observe
 from scheduling.passes.snapshot import JOB_COLUMNS, snapshot_load
-from scheduling.passes.stops import stops_settle
+from scheduling.passes.stops import attempt_deadline, stops_settle
 from scheduling.passes.work import work_changed
 from scheduling.passes.write import decisions_log, decisions_write, last_sample_at, usage_sample
 from scheduling.services.locks import queue_lock
@@ -88,8 +88,13 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     """Load, decide, write. The caller holds the queue's row lock in the enclosing transaction, taken with
     `last_sample_at` read beside it (`queue_lock(..., last_sample=...)`)."""
     snap, index = snapshot_load(job_queue=job_queue, now=now)
+    environment = job_queue.service_environment
     snap, settled = stops_settle(
-        snap=snap, index=index, lease_seconds=job_queue.service_environment.lease_seconds, now=now
+        snap=snap,
+        index=index,
+        lease_seconds=environment.lease_seconds,
+        now=now,
+        grace_seconds=environment.stop_grace_seconds,
     )
     engine_started = time.perf_counter()
     decisions = engine.schedule(snap)
@@ -135,17 +140,28 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         engine_ms=engine_ms,
         record=record,
         decisions=decisions,
-        due=_earliest(next_pass_due(snap, decisions), _lease_expiry(index)),
+        due=_earliest(next_pass_due(snap, decisions), _lease_expiry(index), _attempt_timeout(index)),
     )
 
 
 _LEASE = JOB_COLUMNS.index("lease_expires_at")
+_STATUS = JOB_COLUMNS.index("status")
 
 
 def _lease_expiry(index) -> datetime | None:
     """The first lease of a taken job to run out: a pass then finds it EXECUTOR_LOST, whatever else is due."""
     leases = [row[_LEASE] for row in index.jobs.values() if row[_LEASE] is not None]
     return min(leases, default=None)
+
+
+def _attempt_timeout(index) -> datetime | None:
+    """The first placed attempt to run past its attempt duration: a pass then stops it (ATTEMPT_TIMEOUT)."""
+    deadlines = (
+        attempt_deadline(dict(zip(JOB_COLUMNS, row, strict=True)))
+        for row in index.jobs.values()
+        if row[_STATUS] in PLACED_STATUSES
+    )
+    return min((deadline for deadline in deadlines if deadline is not None), default=None)
 
 
 def _earliest(*moments: datetime | None) -> datetime | None:

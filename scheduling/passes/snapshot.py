@@ -61,6 +61,8 @@ JOB_COLUMNS = (
     "stop_reason",
     "nominated_entry",
     "nominated_victims",
+    "attempt_duration_seconds",
+    "retry_rules",
 )
 
 
@@ -205,6 +207,8 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             _stop_reason,
             nominated_entry,
             nominated_victims,
+            _attempt_duration,
+            _retry_rules,
         ) = row
         index.jobs[job_id] = row
         status = statuses[status]

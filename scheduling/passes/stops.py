@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from engine import types as et
+from scheduling import retry
 from scheduling.models import EventKind, JobStatus, StopOutcome
 from scheduling.passes.snapshot import JOB_COLUMNS, Index
 
@@ -89,17 +90,52 @@ def lost_fields(job: Mapping, *, lease_seconds: int, now: datetime) -> tuple[dic
     if job["status"] == JobStatus.STOPPING:
         changes = stopped_fields(job, now=now)
         return changes, changes["status"] == JobStatus.FAILED
-    failed = job["failed_attempts"] + 1
-    if failed < job["retry_attempts"]:
-        left = job["retry_attempts"] - failed
-        reason = f"{silence}; attempt {failed} failed, retrying, {left} attempt(s) left"
+    failed, again, verdict = failed_attempt(job, status_reason=silence)
+    if again:
+        reason = f"{silence}; attempt {failed} failed, {verdict}"
         status = JobStatus.RUNNABLE
     else:
-        reason = f"{silence}; failed after {failed} attempt(s)"
+        reason = f"{silence}; {verdict}"
         status = JobStatus.FAILED
     return {**released_fields(status=status, reason=reason, now=now), "failed_attempts": failed}, (
         status == JobStatus.FAILED
     )
+
+
+def failed_attempt(job: Mapping, *, status_reason: str) -> tuple[int, bool, str]:
+    """A job's current attempt failed: (failed attempts now, retried?, why), by its retry rules."""
+    failed = job["failed_attempts"] + 1
+    again, verdict = retry.retries(
+        rules=job["retry_rules"],
+        failed_attempts=failed,
+        retry_attempts=job["retry_attempts"],
+        status_reason=status_reason,
+    )
+    return failed, again, verdict
+
+
+def attempt_deadline(job: Mapping) -> datetime | None:
+    """When a placed job's attempt times out (its `attempt_duration_seconds` after it was scheduled)."""
+    if job["attempt_duration_seconds"] is None or job["scheduled_at"] is None:
+        return None
+    return job["scheduled_at"] + timedelta(seconds=job["attempt_duration_seconds"])
+
+
+def timed_out_fields(job: Mapping, *, grace_seconds: int, now: datetime) -> dict:
+    """A placed job ran past its attempt duration: a failed attempt (ATTEMPT_TIMEOUT), retried by its rules.
+
+    A job its executor has taken stops gracefully (STOPPING, capacity held); one not taken stops at once.
+    """
+    why = f"ATTEMPT_TIMEOUT: the attempt ran longer than its {job['attempt_duration_seconds']} s"
+    failed, again, verdict = failed_attempt(job, status_reason=why)
+    outcome = JobStatus.RUNNABLE if again else JobStatus.FAILED
+    reason = f"{why}; attempt {failed} failed, {verdict}" if again else f"{why}; {verdict}"
+    if job["taken_at"] is not None:
+        deadline = stop_deadline(now=now, grace_seconds=grace_seconds)
+        changes = stopping_fields(outcome=outcome, reason=reason, why=why, deadline=deadline)
+    else:
+        changes = released_fields(status=outcome, reason=reason, now=now)
+    return {**changes, "failed_attempts": failed, "nominated_entry": None, "nominated_victims": []}
 
 
 def stop_deadline(*, now: datetime, grace_seconds: int) -> datetime:
@@ -120,10 +156,24 @@ class Settled:
     lost_by_executor: dict[int, int] = field(default_factory=dict)  # executor id -> jobs lost
 
 
+_TIMEOUT = JOB_COLUMNS.index("attempt_duration_seconds")
+_SCHEDULED = JOB_COLUMNS.index("scheduled_at")
+
+
+def _timed_out(current: tuple, now: datetime) -> bool:
+    duration = current[_TIMEOUT]
+    return (
+        duration is not None
+        and current[_SCHEDULED] is not None
+        and (current[_SCHEDULED] + timedelta(seconds=duration) <= now)
+    )
+
+
 def stops_settle(
-    *, snap: et.Snapshot, index: Index, lease_seconds: int, now: datetime
+    *, snap: et.Snapshot, index: Index, lease_seconds: int, now: datetime, grace_seconds: int = 0
 ) -> tuple[et.Snapshot, Settled]:
-    """Housekeeping before the engine: finish STOPPING jobs past their deadline, and lose expired leases.
+    """Housekeeping before the engine: finish STOPPING jobs past their deadline, lose expired leases, and
+    stop attempts past their `attempt_duration_seconds` (ATTEMPT_TIMEOUT, a failed attempt).
 
     `index.jobs` holds the jobs' current rows (JOB_COLUMNS). Returns the snapshot the engine should see
     (a job back to RUNNABLE is a RUNNABLE job in it; a finished one is gone) and the changes to write. The
@@ -134,8 +184,11 @@ def stops_settle(
     for job in snap.jobs:
         current = index.jobs[job.id]
         lease = current[_LEASE]
+        placed = job.status in et.HOLDING_STATUSES and job.status != et.JobStatus.STOPPING
         if job.status == et.JobStatus.RUNNABLE or (
-            (lease is None or lease > now) and (job.stop_deadline is None or job.stop_deadline > now)
+            (lease is None or lease > now)
+            and (job.stop_deadline is None or job.stop_deadline > now)
+            and not (placed and _timed_out(current, now))
         ):
             jobs.append(job)  # nothing to settle (the common case: no row built)
             continue
@@ -160,10 +213,27 @@ def stops_settle(
             if row["taken_by_id"] is not None:
                 lost = settled.lost_by_executor
                 lost[row["taken_by_id"]] = lost.get(row["taken_by_id"], 0) + 1
+        elif placed and _timed_out(current, now):
+            changes = timed_out_fields(row, grace_seconds=grace_seconds, now=now)
+            settled.events.append(
+                (
+                    EventKind.ATTEMPT_TIMEOUT,
+                    job.id,
+                    f"{row['name']}: {changes['stop_reason'] or changes['status_reason']}",
+                )
+            )
         if changes is None:
             jobs.append(job)
             continue
         settled.rows[job.id] = {**row, **changes}
+        if changes["status"] == JobStatus.STOPPING:
+            # It keeps its capacity until its executor reports it STOPPED or the deadline passes.
+            jobs.append(
+                dataclasses.replace(
+                    job, status=et.JobStatus.STOPPING, stop_deadline=changes["stop_deadline"], nomination=None
+                )
+            )
+            continue
         settled.closed[job.id] = changes["status_reason"]
         if changes["status"] == JobStatus.FAILED:
             settled.events.append((EventKind.FAILED, job.id, f"{row['name']}: {changes['status_reason']}"))

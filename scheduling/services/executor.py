@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from scheduling import retry
 from scheduling.errors import Conflict, NotAllowed
 from scheduling.models import (
     HOLDING_STATUSES,
@@ -122,7 +123,7 @@ def job_report(
     _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
     if job.status == status or (job.status == JobStatus.STOPPING and status in PROGRESS_REPORTS):
         return job  # a repeat, or progress of a job asked to stop: nothing moves
-    _job_advance(job=job, status=status, reason=reason, actor=actor, now=now)
+    _job_advance(job=job, status=status, reason=reason, actor=actor, now=now, exit_code=exit_code)
     return job
 
 
@@ -163,7 +164,9 @@ def _attempt_record(*, job: Job, exit_code: int | None, output_tail: str) -> Non
         JobAttempt.objects.filter(job=job, attempt=job.attempt).update(**changes)
 
 
-def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser | None, now) -> None:
+def _job_advance(
+    *, job: Job, status: str, reason: str, actor: AbstractBaseUser | None, now, exit_code: int | None = None
+) -> None:
     """Apply one legal lifecycle move to a locked job and record it; the caller holds the queue lock."""
     if status == JobStatus.STARTING:
         job.status = JobStatus.STARTING
@@ -195,15 +198,22 @@ def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser 
         )
         pass_request(job_queue_id=job.job_queue_id, trigger="finish")
         return
-    # FAILED: retry while attempts are left (retry_attempts counts every attempt, the first included).
+    # FAILED: the job's retry rules, then attempts left, decide (retry_attempts counts every attempt).
     job.failed_attempts += 1
     why = reason or "the executor reported a failure"
-    if job.failed_attempts < job.retry_attempts:
-        left = job.retry_attempts - job.failed_attempts
-        text = f"attempt {job.failed_attempts} failed ({why}); retrying, {left} attempt(s) left"
+    again, verdict = retry.retries(
+        rules=job.retry_rules,
+        failed_attempts=job.failed_attempts,
+        retry_attempts=job.retry_attempts,
+        status_reason=why,
+        reason=reason,
+        exit_code=exit_code,
+    )
+    if again:
+        text = f"attempt {job.failed_attempts} failed ({why}); {verdict}"
         job_stop(job=job, status=JobStatus.RUNNABLE, reason=text, now=now)
     else:
-        text = f"failed after {job.failed_attempts} attempt(s): {why}"
+        text = f"{verdict}: {why}"
         job_stop(job=job, status=JobStatus.FAILED, reason=text, now=now)
     job_event_record(kind=EventKind.FAILED, job=job, actor=actor, now=now, message=f"{job.name}: {text}")
     pass_request(job_queue_id=job.job_queue_id, trigger="finish")

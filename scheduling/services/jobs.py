@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from scheduling import rules
+from scheduling import retry, rules
 from scheduling.errors import Conflict, NotAllowed
 from scheduling.models import (
     PLACED_STATUSES,
@@ -46,8 +46,11 @@ class JobSubmission:
     preemption_retries_before_termination: int | None = None
     max_pending_seconds: int | None = None
     duration_seconds: int | None = None
+    attempt_duration_seconds: int | None = None
+    retry_rules: list = field(default_factory=list)
     payload: dict = field(default_factory=dict)
     client_token: str | None = None
+    submitted_via: str = ""
 
 
 def user_team_role(user: AbstractBaseUser, team_id: int) -> str | None:
@@ -76,6 +79,9 @@ def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission
         preemption_retries_before_termination=submission.preemption_retries_before_termination,
         max_pending_seconds=submission.max_pending_seconds,
         duration_seconds=submission.duration_seconds,
+        attempt_duration_seconds=submission.attempt_duration_seconds,
+        retry_rules=submission.retry_rules,
+        submitted_via=submission.submitted_via,
         payload=submission.payload,
         client_token=submission.client_token or None,
         created_at=now,
@@ -92,6 +98,7 @@ def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission
             now=now,
         ),
         lambda: rules.validate_payload(submission.payload),
+        lambda: _retry_rules_check(submission.retry_rules),
         # Field validators only: the database constraints stay the backstop (checking them here costs a
         # query each), and client_token races are settled by the unique constraint below.
         lambda: job.full_clean(
@@ -117,6 +124,12 @@ def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission
     if errors:
         raise ValidationError(errors)
     return job
+
+
+def _retry_rules_check(retry_rules: object) -> None:
+    problems = retry.validate_rules(retry_rules)
+    if problems:
+        raise ValidationError({"retry_rules": problems})
 
 
 def job_submit(*, user: AbstractBaseUser, submission: JobSubmission) -> tuple[Job, bool]:

@@ -55,8 +55,10 @@ def test_job_body_has_exactly_the_fields_of_the_spec(world, client_for):
         "preemption_retries_before_termination",
         "max_pending_seconds",
         "duration_seconds",
+        "attempt_duration_seconds",
         "payload",
         "client_token",
+        "submitted_via",
         "status",
         "status_reason",
         "selected_instance_type",
@@ -74,6 +76,16 @@ def test_job_body_has_exactly_the_fields_of_the_spec(world, client_for):
         "started_at",
         "stopped_at",
     }
+
+
+def test_attempt_duration_seconds_is_submitted_read_back_and_bounded(world, client_for):
+    client = client_for(world.ana)
+    body = client.post(JOBS, submission(attempt_duration_seconds=3600), format="json").json()
+    assert body["attempt_duration_seconds"] == 3600
+    assert body["submitted_via"] == ""
+    response = client.post(JOBS, submission(name="j2", attempt_duration_seconds=2_592_001), format="json")
+    assert response.status_code == 400
+    assert "attempt_duration_seconds" in response.json()
 
 
 def test_unknown_names_are_400s_naming_the_exact_field_path_and_nothing_is_created(world, client_for):
