@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "whatif",
     "portal",
     "api",
+    "awsapi",
     "ops",
 ]
 
@@ -309,6 +310,22 @@ AXES_RESET_ON_SUCCESS = True
 # Lockouts, not a log of every sign-in: successful sign-ins would otherwise add a row each, kept for ever.
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False  # no start-up banner on every manage.py command
+
+# --- the AWS-compatible API (awsapi) ---------------------------------------------------------------------
+# Access keys' secrets are kept encrypted with a key derived from this (unset: from SECRET_KEY; changing it
+# makes the existing keys unusable, so set it once, apart from SECRET_KEY, to rotate SECRET_KEY freely).
+ACCESS_KEY_ENCRYPTION_KEY = envstr("ACCESS_KEY_ENCRYPTION_KEY", "")
+# The region and 12-digit account in the ARNs the AWS API answers with (any region is accepted in requests).
+AWS_REGION = envstr("QUOTAPORTAL_AWS_REGION", "us-east-1")
+AWS_ACCOUNT_ID = envstr("QUOTAPORTAL_AWS_ACCOUNT_ID", "000000000000")
+if not (len(AWS_ACCOUNT_ID) == 12 and AWS_ACCOUNT_ID.isdigit()):
+    raise ImproperlyConfigured("QUOTAPORTAL_AWS_ACCOUNT_ID must be 12 digits (the SageMaker SDK parses ARNs)")
+# A signed request whose X-Amz-Date is further than this from the server's clock is refused.
+AWS_MAX_SKEW_SECONDS = envint("QUOTAPORTAL_AWS_MAX_SKEW_SECONDS", 900, minimum=1, maximum=86400)
+# The executor of environments created through the AWS API without a `quotaportal:executor` tag.
+AWS_DEFAULT_EXECUTOR = envstr("QUOTAPORTAL_AWS_DEFAULT_EXECUTOR", "external")
+if AWS_DEFAULT_EXECUTOR not in ("external", "simulated"):
+    raise ImproperlyConfigured("QUOTAPORTAL_AWS_DEFAULT_EXECUTOR must be external or simulated")
 
 # --- REST framework -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
