@@ -336,7 +336,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "api.pagination.PageNumbers",
     "PAGE_SIZE": envint("API_PAGE_SIZE", 50, minimum=1, maximum=1000),
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Every view declares its errors (api.schema), the access keys of awsapi included.
+    "DEFAULT_SCHEMA_CLASS": "api.schema.ApiAutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # JSON nested deeper than the parser allows is a 400, not a RecursionError.
     "DEFAULT_PARSER_CLASSES": [
@@ -349,7 +350,14 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "quotaportal API",
-    "DESCRIPTION": "Share a pool of GPU instances between teams through quota shares.",
+    "DESCRIPTION": (
+        "Share a pool of GPU instances between teams through quota shares.\n\n"
+        "The same portal also serves AWS Batch's quota-management and service-job API at "
+        "[/aws/batch](/aws/batch/v1/describejobqueues): point boto3, the AWS CLI or the SageMaker SDK at it "
+        "(`endpoint_url=<portal>/aws/batch` or `AWS_ENDPOINT_URL_BATCH`) with an access key from "
+        "[your access keys](/profile/access-keys/) (or `/api/v1/access-keys/`). What it supports, field by "
+        "field: docs/aws-api.md."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,

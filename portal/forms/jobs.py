@@ -10,7 +10,15 @@ from django import forms
 from portal.forms.fields import IdChoiceField, ShallowJSONField
 from portal.params import MAX_STORED_INT, int_param
 from scheduling import rules
-from scheduling.models import MAX_PREFERENCES, InstanceType, QuotaShare, State, TrainingPlan, name_validator
+from scheduling.models import (
+    MAX_ATTEMPT_DURATION_SECONDS,
+    MAX_PREFERENCES,
+    InstanceType,
+    QuotaShare,
+    State,
+    TrainingPlan,
+    name_validator,
+)
 from scheduling.services import jobs as job_services
 
 
@@ -58,6 +66,13 @@ class JobForm(forms.Form):
         max_value=MAX_STORED_INT,
         required=False,
         help_text="What the simulated executor runs; blank: until cancelled.",
+    )
+    attempt_duration_seconds = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_ATTEMPT_DURATION_SECONDS,
+        required=False,
+        label="Attempt duration seconds",
+        help_text="An attempt placed longer is stopped and counts as failed; blank: no limit.",
     )
     payload = ShallowJSONField(
         initial=dict,
@@ -194,6 +209,7 @@ def job_submission(
         preemption_retries_before_termination=data["preemption_retries_before_termination"],
         max_pending_seconds=data["max_pending_seconds"],
         duration_seconds=data["duration_seconds"],
+        attempt_duration_seconds=data["attempt_duration_seconds"],
         payload=data["payload"],
         client_token=data["client_token"] or None,
     )
