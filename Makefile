@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run migrate seed test lint bench bench-events clean
+.PHONY: install run migrate seed test lint bench bench-events clean sdk-venv test-sdk
 
 $(STAMP): requirements.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,23 @@ test: lint
 	@mkdir -p var
 	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The SageMaker SDK is heavy and declares far more than TrainingQueue imports: it lives in its own virtualenv
+# (requirements-sdk.txt, installed without its declared dependencies), and its test drives it as a subprocess.
+SDK_VENV := .venv-sdk
+SDK_STAMP := $(SDK_VENV)/.installed-$(shell cksum requirements-sdk.txt | cut -d' ' -f1)
+
+$(SDK_STAMP): requirements-sdk.txt
+	@test -x $(SDK_VENV)/bin/python || $(PYTHON) -m venv $(SDK_VENV)
+	$(SDK_VENV)/bin/python -m pip install --quiet --no-deps -r requirements-sdk.txt
+	@rm -f $(SDK_VENV)/.installed-*
+	@touch $(SDK_STAMP)
+
+sdk-venv: $(SDK_STAMP)
+
+test-sdk: install sdk-venv
+	@mkdir -p var
+	QUOTAPORTAL_REQUIRE_SDK=1 SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} $(BIN)/python -m pytest tests/awsapi/test_sagemaker_sdk.py
+
 # The benchmark writes and deletes rows of its own: on a scratch database (var/bench.sqlite3 unless
 # DATABASE_URL names one whose name says test, scratch, soak or bench).
 bench: install
@@ -59,4 +76,4 @@ bench-events: install
 	$(BIN)/python manage.py migrate --noinput && $(BIN)/python -m tools.bench_events $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .hypothesis .ruff_cache .import_linter_cache
+	rm -rf $(VENV) $(SDK_VENV) var .pytest_cache .hypothesis .ruff_cache .import_linter_cache
