@@ -12,6 +12,7 @@ import logging
 import uuid
 from urllib.parse import quote
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
@@ -62,12 +63,7 @@ def _error(exc: AwsError, request_id: str) -> JsonResponse:
 
 
 def _body(request: HttpRequest) -> Members:
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise ClientError(
-            "the request body is larger than this server accepts (DATA_UPLOAD_MAX_MEMORY_SIZE)"
-        ) from None
+    raw = request.body  # read, and its size checked, by the signature check before
     if not raw.strip():
         return Members({})
     try:
@@ -85,6 +81,9 @@ def _answer(request: HttpRequest, raw_path: str, run) -> JsonResponse:
             body = run(user)
     except AwsError as exc:
         return _error(exc, request_id)
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return _error(ClientError(f"the request body is larger than {limit} bytes", status=413), request_id)
     except Exception:
         logger.exception("AWS API request %s failed", request_id)
         return _error(AwsError("internal error; retry", code="ServerException", status=500), request_id)

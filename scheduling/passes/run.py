@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import OuterRef
@@ -24,7 +24,7 @@ from scheduling.models import PLACED_STATUSES, JobQueue, SchedulingPass
 from scheduling.passes.due import pass_due_forget, pass_due_record
 from scheduling.passes.histogram import pass_histogram_observe
 from scheduling.passes.snapshot import JOB_COLUMNS, snapshot_load
-from scheduling.passes.stops import attempt_deadline, stops_settle
+from scheduling.passes.stops import stops_settle
 from scheduling.passes.work import work_changed
 from scheduling.passes.write import decisions_log, decisions_write, last_sample_at, usage_sample
 from scheduling.services.locks import queue_lock
@@ -145,7 +145,9 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
 
 
 _LEASE = JOB_COLUMNS.index("lease_expires_at")
-_STATUS = JOB_COLUMNS.index("status")
+_STATUS, _SCHEDULED, _ATTEMPT_DURATION = (
+    JOB_COLUMNS.index(name) for name in ("status", "scheduled_at", "attempt_duration_seconds")
+)
 
 
 def _lease_expiry(index) -> datetime | None:
@@ -156,12 +158,14 @@ def _lease_expiry(index) -> datetime | None:
 
 def _attempt_timeout(index) -> datetime | None:
     """The first placed attempt to run past its attempt duration: a pass then stops it (ATTEMPT_TIMEOUT)."""
-    deadlines = (
-        attempt_deadline(dict(zip(JOB_COLUMNS, row, strict=True)))
+    deadlines = [
+        row[_SCHEDULED] + timedelta(seconds=row[_ATTEMPT_DURATION])
         for row in index.jobs.values()
-        if row[_STATUS] in PLACED_STATUSES
-    )
-    return min((deadline for deadline in deadlines if deadline is not None), default=None)
+        if row[_ATTEMPT_DURATION] is not None
+        and row[_SCHEDULED] is not None
+        and row[_STATUS] in PLACED_STATUSES
+    ]
+    return min(deadlines, default=None)
 
 
 def _earliest(*moments: datetime | None) -> datetime | None:

@@ -114,13 +114,6 @@ def failed_attempt(job: Mapping, *, status_reason: str) -> tuple[int, bool, str]
     return failed, again, verdict
 
 
-def attempt_deadline(job: Mapping) -> datetime | None:
-    """When a placed job's attempt times out (its `attempt_duration_seconds` after it was scheduled)."""
-    if job["attempt_duration_seconds"] is None or job["scheduled_at"] is None:
-        return None
-    return job["scheduled_at"] + timedelta(seconds=job["attempt_duration_seconds"])
-
-
 def timed_out_fields(job: Mapping, *, grace_seconds: int, now: datetime) -> dict:
     """A placed job ran past its attempt duration: a failed attempt (ATTEMPT_TIMEOUT), retried by its rules.
 

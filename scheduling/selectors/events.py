@@ -27,6 +27,7 @@ _KIND_SUMMARIES = {
     EventKind.SUCCEEDED: "a job of {share} succeeded",
     EventKind.FAILED: "a job of {share} failed",
     EventKind.CANCELLED: "a job of {share} was cancelled",
+    EventKind.ATTEMPT_TIMEOUT: "a job of {share} ran past its attempt duration",
     EventKind.CONFIG_CHANGED: "a job of {share} was changed",
 }
 

@@ -100,3 +100,16 @@ def test_the_page_shows_a_new_secret_once_then_only_the_key_id(client):
 def test_the_page_needs_a_sign_in(client):
     response = client.get("/profile/access-keys/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_staff_list_and_revoke_keys_in_the_admin_without_seeing_a_secret(client):
+    admin = UserFactory(username="root", is_staff=True, is_superuser=True)
+    key, secret = keys.access_key_create(user=UserFactory(username="ana"))
+    client.force_login(admin)
+    page = client.get("/admin/awsapi/accesskey/").content.decode()
+    assert key.access_key_id in page and secret not in page
+    detail = client.get(f"/admin/awsapi/accesskey/{key.pk}/change/").content.decode()
+    assert secret not in detail and key.secret_ciphertext not in detail
+    client.post("/admin/awsapi/accesskey/", {"action": "revoke", "_selected_action": [key.pk]})
+    key.refresh_from_db()
+    assert not key.active

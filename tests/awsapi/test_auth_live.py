@@ -101,3 +101,19 @@ def test_the_secret_never_reaches_a_log_or_an_answer(world, endpoint, caplog, dj
 @pytest.fixture
 def django_client():
     return Client()
+
+
+def test_a_body_over_the_size_limit_is_refused_before_anything_runs(world, endpoint, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2048
+    key, secret = keys.access_key_create(user=world.ana)
+    batch = client(endpoint, key.access_key_id, secret)
+    with pytest.raises(ClientError) as caught:
+        batch.submit_service_job(
+            jobName="big",
+            jobQueue="training",
+            serviceJobType="SAGEMAKER_TRAINING",
+            quotaShareName="nlp",
+            serviceRequestPayload="x" * 5000,
+        )
+    assert caught.value.response["Error"]["Code"] == "ClientException"
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 413

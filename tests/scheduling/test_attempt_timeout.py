@@ -140,3 +140,14 @@ def test_a_submission_with_an_attempt_duration_out_of_range_or_bad_rules_names_t
     errors = caught.value.message_dict
     assert "attempt_duration_seconds" in errors
     assert errors["retry_rules"] == ["[0].action: must be RETRY or EXIT"]
+
+
+def test_the_pass_asks_to_run_again_when_the_first_attempt_times_out(
+    share, monkeypatch, django_capture_on_commit_callbacks
+):
+    due: list = []
+    monkeypatch.setattr(passes, "pass_due_record", lambda queue_id, when, now: due.append(when))
+    job = placed(share, attempt_duration_seconds=600)
+    with django_capture_on_commit_callbacks(execute=True):
+        passes.queue_pass_run(job_queue_id=share.job_queue_id, trigger="test")
+    assert due[-1] == job.scheduled_at + timedelta(seconds=600)
