@@ -139,7 +139,7 @@ def update_service_environment(user, members: Members) -> dict:
     members.only("serviceEnvironment", "state", "capacityLimits")
     environment = environment_named(members.string("serviceEnvironment", max_len=2048), "serviceEnvironment")
     state = _state(members)
-    limits = _limits(members) if members.get("capacityLimits", None) else None
+    limits = _limits(members) if members.get("capacityLimits", None) is not None else None
     changes = {"state": state} if state is not None else {}
     with as_aws({"state": "state", **LIMIT_PATHS}, "serviceEnvironment"):
         config_services.service_environment_update(
@@ -581,7 +581,7 @@ def update_quota_share(user, members: Members) -> dict:
         "quotaShareArn", "capacityLimits", "resourceSharingConfiguration", "preemptionConfiguration", "state"
     )
     share = share_by_arn(members.string("quotaShareArn", max_len=2048), "quotaShareArn")
-    limits = _limits(members) if members.get("capacityLimits", None) else None
+    limits = _limits(members) if members.get("capacityLimits", None) is not None else None
     changes = {**_sharing(members, required=False), **_preemption(members, required=False)}
     state = _state(members)
     if state is not None:

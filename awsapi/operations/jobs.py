@@ -465,7 +465,7 @@ def terminate_service_jobs(user, members: Members) -> dict:
     members.only("jobs", "reason")
     reason = _reason(members)
     successful, errors = [], []
-    for path, text in members.items("jobs", low=1, high=100):
+    for path, text in members.items("jobs", low=1, high=50):
         if not isinstance(text, str):
             raise invalid(path, "must be a job id or ARN")
         try:

@@ -254,6 +254,10 @@ def test_quota_share_input_is_checked_and_nothing_is_half_created(admin, world):
     assert refused(share, admin=admin, capacityLimits=[{"capacityUnit": P5, "maxCapacity": 0}]).startswith(
         "capacityLimits"
     )
+    nlp_arn = f"{ACCOUNT}:job-queue/training/quota-share/nlp"
+    assert refused(admin.update_quota_share, quotaShareArn=nlp_arn, capacityLimits=[]).startswith(
+        "capacityLimits: must have 1 to 50 entries"
+    )
     assert "disable quota share nlp" in refused(
         admin.delete_quota_share, quotaShareArn=f"{ACCOUNT}:job-queue/training/quota-share/nlp"
     )
@@ -293,4 +297,16 @@ def test_describe_pages_with_next_tokens(admin):
 def test_an_unsupported_operation_is_refused_by_name(admin):
     assert "operation listjobs is not supported by quotaportal" in refused(
         admin.list_jobs, jobQueue="training"
+    )
+
+
+def test_an_unused_policy_is_deleted_with_its_tags(admin):
+    made = admin.create_scheduling_policy(
+        name="spare", quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"}, tags={"a": "b"}
+    )
+    assert admin.list_tags_for_resource(resourceArn=made["arn"])["tags"] == {"a": "b"}
+    admin.delete_scheduling_policy(arn=made["arn"])
+    assert admin.describe_scheduling_policies(arns=[made["arn"]])["schedulingPolicies"] == []
+    assert refused(admin.list_tags_for_resource, resourceArn=made["arn"]).startswith(
+        "resourceArn: no scheduling policy"
     )
