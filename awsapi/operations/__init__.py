@@ -1,2 +1,2 @@
-"""The operations of botocore's `batch` model that quotaportal serves, by subject; `OPERATIONS` maps each
-lower-case operation name (the URI's last segment) to its function `(user, members) -> response body`."""
+"""The operations of botocore's `batch` model that quotaportal serves, by subject (`config`, `jobs`, `tags`):
+each is a function `(user, members) -> response body` that `awsapi.views.OPERATIONS` names."""

@@ -186,9 +186,7 @@ def _quota_share_policy(members: Members) -> str | None:
 
 
 def _policy_by_arn(text: str, path: str) -> SchedulingPolicy:
-    name = arns.name_of(text, path=path, kind="scheduling-policy") if text.startswith("arn:") else None
-    if name is None:
-        raise invalid(path, f"{text!r} is not a scheduling policy's ARN")
+    name = _policy_name_of(text, path)
     found = SchedulingPolicy.objects.filter(name=name).first()
     if found is None:
         raise invalid(path, f"no scheduling policy {name}")
