@@ -50,6 +50,10 @@ def training_job_arn(name: str, attempt: int) -> str:
     return f"{_prefix('sagemaker')}training-job/{name}-a{attempt}"
 
 
+def training_plan_arn(name: str) -> str:
+    return f"{_prefix('sagemaker')}training-plan/{name}"
+
+
 def resource_of(text: str, *, path: str, kind: str | None = None) -> tuple[str, str]:
     """(resource type, rest) of a Batch ARN, e.g. ("job-queue", "training"); `kind` requires that type."""
     match = _ARN.match(text)

@@ -169,7 +169,7 @@ def _payload_of(job: Job) -> str:
                 {
                     "InstanceType": entry.instance_type.name,
                     "InstanceCount": entry.instance_count,
-                    "TrainingPlanArns": [f"arn:aws:sagemaker:::training-plan/{entry.training_plan.name}"]
+                    "TrainingPlanArns": [arns.training_plan_arn(entry.training_plan.name)]
                     if entry.training_plan is not None
                     else None,
                 }

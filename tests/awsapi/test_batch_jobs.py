@@ -14,6 +14,7 @@ from scheduling.models import Job, JobStatus, QuotaShare
 from scheduling.passes import run as passes
 from tests.api.support import G5, P4, P5
 from tests.awsapi.conftest import payload
+from tests.factories import job_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PLAN_ARN = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/nlp-p5-december"
@@ -368,3 +369,20 @@ def test_a_borrow_and_its_reclaim_are_seen_in_the_preemption_summary(simulated, 
     assert attempt["serviceResourceId"]["value"].endswith("-a1")
     assert Job.objects.get(pk=int(owner["jobId"])).status == JobStatus.SCHEDULED
     assert QuotaShare.objects.get(name="nlp").strategy == "LEND"
+
+
+def test_a_job_submitted_elsewhere_reads_as_a_service_job_with_its_preferences(simulated, ana):
+    job = job_in(simulated.nlp, [(P5, 2, simulated.plan), (P4, 1)], name="from-the-api", user=simulated.ana)
+    described = ana.describe_service_job(jobId=str(job.pk))
+    request = json.loads(described["serviceRequestPayload"])
+    assert request["ResourceConfig"]["InstancePreferences"] == [
+        {
+            "InstanceType": P5,
+            "InstanceCount": 2,
+            "TrainingPlanArns": [PLAN_ARN.replace("us-west-2:123456789012", "us-east-1:000000000000")],
+        },
+        {"InstanceType": P4, "InstanceCount": 1},
+    ]
+    # What Describe answers can be submitted again as it is.
+    again = submit(ana, name="resubmitted", body=described["serviceRequestPayload"])
+    assert Job.objects.get(pk=int(again["jobId"])).instance_preferences.count() == 2
