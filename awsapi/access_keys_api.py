@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
@@ -68,7 +68,11 @@ class AccessKeyList(APIView):
 class AccessKeyDetail(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(request=None, responses={204: None}, summary="Revoke one of your access keys at once")
+    @extend_schema(
+        request=None,
+        responses={204: None, 404: OpenApiResponse(description="No such access key of yours.")},
+        summary="Revoke one of your access keys at once",
+    )
     def delete(self, request, access_key_id: str):
         keys.access_key_revoke(access_key_id=access_key_id, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
