@@ -10,11 +10,13 @@ import secrets
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from awsapi.models import AccessKey
+from awsapi.protocol import UNSTORABLE
 from awsapi.secrets_box import secret_open, secret_seal
 from scheduling.errors import Conflict, NotAllowed, NotFound
 
@@ -34,6 +36,8 @@ def _new_key_id() -> str:
 @transaction.atomic
 def access_key_create(*, user: AbstractBaseUser, description: str = "") -> tuple[AccessKey, str]:
     """A new key for `user`; returns it with its secret, which is never readable again."""
+    if UNSTORABLE.search(description):
+        raise ValidationError({"description": ["must be valid Unicode text without NUL characters"]})
     if not user.is_active:
         raise NotAllowed(f"user {user.get_username()} is inactive and cannot have access keys")
     active = AccessKey.objects.select_for_update().filter(user=user, revoked_at__isnull=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
@@ -29,6 +30,8 @@ def access_keys(request: HttpRequest) -> HttpResponse:
             )
         except DomainError as exc:
             error = exc.message
+        except ValidationError as exc:
+            error = "; ".join(exc.messages)
     context = {
         "keys": keys.access_keys_of(user=request.user),
         "created": created,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,8 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from awsapi.errors import invalid
 
 MAX_RESULTS = 100
+# What PostgreSQL cannot store in text or jsonb: NUL and unpaired surrogates.
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _MISSING = object()
 
 
@@ -72,8 +75,8 @@ class Members:
             raise invalid(self.at(name), f"must be one of {', '.join(choices)}, got {value!r}")
         if not min_len <= len(value) <= max_len:
             raise invalid(self.at(name), f"must be {min_len} to {max_len} characters, got {len(value)}")
-        if "\x00" in value:
-            raise invalid(self.at(name), "must not contain NUL characters")
+        if UNSTORABLE.search(value):
+            raise invalid(self.at(name), "must be valid Unicode text without NUL characters")
         return value
 
     def integer(self, name: str, default: Any = _MISSING, *, low: int, high: int) -> Any:
@@ -122,12 +125,12 @@ def tags_check(value: object, path: str) -> dict[str, str]:
     if not 1 <= len(value) <= 50:
         raise invalid(path, f"must have 1 to 50 tags, got {len(value)}")
     for key, text in value.items():
-        if not isinstance(key, str) or not 1 <= len(key) <= 128:
-            raise invalid(f"{path}.{key}", "a tag key must be 1 to 128 characters")
+        if not isinstance(key, str) or not 1 <= len(key) <= 128 or UNSTORABLE.search(key):
+            raise invalid(f"{path}.{key!r}", "a tag key must be 1 to 128 characters of valid Unicode")
         if key.lower().startswith("aws:"):
             raise invalid(f"{path}.{key}", "tag keys starting with aws: are reserved")
-        if not isinstance(text, str) or len(text) > 256:
-            raise invalid(f"{path}.{key}", "a tag value must be a string of at most 256 characters")
+        if not isinstance(text, str) or len(text) > 256 or UNSTORABLE.search(text):
+            raise invalid(f"{path}.{key}", "a tag value must be valid Unicode text of at most 256 characters")
     return dict(value)
 
 

@@ -113,3 +113,10 @@ def test_staff_list_and_revoke_keys_in_the_admin_without_seeing_a_secret(client)
     client.post("/admin/awsapi/accesskey/", {"action": "revoke", "_selected_action": [key.pk]})
     key.refresh_from_db()
     assert not key.active
+
+
+def test_a_description_postgresql_could_not_store_is_refused_naming_it():
+    body = '{"description": "a\\ud800b"}'  # an unpaired surrogate, escaped as JSON allows
+    response = api(UserFactory()).post(KEYS, body, content_type="application/json")
+    assert response.status_code == 400 and "description" in response.json()
+    assert not AccessKey.objects.exists()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from awsapi import keys
@@ -28,6 +29,8 @@ class Command(BaseCommand):
             getattr(self, f"_{options['action']}")(options)
         except DomainError as exc:
             raise CommandError(exc.message) from None
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from None
 
     def _user(self, username: str):
         user = get_user_model().objects.filter(username=username).first()
