@@ -72,7 +72,7 @@ def _strings(value, path: str, *, high: int = 100, max_len: int = 256) -> list[s
 def training_request(text: str) -> TrainingRequest:
     try:
         payload = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise invalid(ROOT, f"is not valid JSON ({exc})") from None
     payload = _obj(payload, ROOT)
     resource = _obj(payload.get("ResourceConfig"), RC) if "ResourceConfig" in payload else None

@@ -68,8 +68,8 @@ def _body(request: HttpRequest) -> Members:
         return Members({})
     try:
         data = json.loads(raw)
-    except ValueError as exc:
-        raise ClientError(f"the request body is not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ClientError(f"the request body is not JSON that can be read ({exc})") from None
     return Members(data)
 
 

@@ -46,3 +46,10 @@ def test_unstorable_text_is_refused_naming_the_member(simulated, overrides, path
         jobs.submit_service_job(simulated.ana, submission(**overrides))
     assert caught.value.message.startswith(path), caught.value.message
     assert not Job.objects.exists()
+
+
+def test_a_payload_nested_too_deep_to_read_is_a_client_error(simulated):
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ClientError) as caught:
+        jobs.submit_service_job(simulated.ana, submission(serviceRequestPayload=deep))
+    assert caught.value.message.startswith("serviceRequestPayload: is not valid JSON")
