@@ -304,7 +304,7 @@ def submit_service_job(user, members: Members) -> dict:
     duration = None
     if tags and DURATION_TAG in tags:
         text = tags[DURATION_TAG]
-        if not text.isdigit() or not 1 <= int(text) <= MAX_STORED_INT:
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_STORED_INT:
             raise invalid(f"tags.{DURATION_TAG}", f"must be a whole number of seconds, got {text!r}")
         duration = int(text)
     token = members.string("clientToken", None, max_len=64)
@@ -367,9 +367,12 @@ def _status_q(status: str) -> Q:
 
 
 def _ms_filter(path: str, text: str) -> datetime:
-    if not text.isdigit():
-        raise invalid(path, f"must be milliseconds since the epoch, got {text!r}")
-    return datetime.fromtimestamp(int(text) / 1000, tz=UTC)
+    try:
+        if not (text.isascii() and text.isdigit()):
+            raise ValueError(text)
+        return datetime.fromtimestamp(int(text) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        raise invalid(path, f"must be milliseconds since the epoch, got {text!r}") from None
 
 
 def _filter_q(members: Members) -> tuple[Q | None, str | None]:
