@@ -102,7 +102,8 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     admitted, preempted = decisions_write(
         job_queue=job_queue, decisions=decisions, index=index, now=now, settled=settled
     )
-    if admitted or decisions.preemptions or decisions.drains:
+    # Housekeeping's changes count too: an attempt past its duration is a stop its executor must hear of.
+    if admitted or decisions.preemptions or decisions.drains or settled.rows:
         work_changed(environment=job_queue.service_environment)
     decisions_log(job_queue=job_queue, decisions=decisions, index=index)
     usage_sample(
