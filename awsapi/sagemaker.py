@@ -229,8 +229,19 @@ def _command(payload: dict, request: TrainingRequest) -> None:
 
 
 def executor_payload(request: TrainingRequest) -> dict:
-    """The job's payload as an executor reads it: `command` and `env`, and what SageMaker would run."""
-    payload: dict = {"env": request.env}
+    """The job's payload as an executor reads it: `command` and `env`, and what SageMaker would run.
+
+    Hyperparameters reach the command as SageMaker's training toolkit passes them: `SM_HPS` (all of them, as
+    JSON) and `SM_HP_<NAME>` for each name that can be a variable; `Environment` wins on a clash.
+    """
+    env: dict[str, str] = {}
+    if request.hyperparameters:
+        env["SM_HPS"] = json.dumps(request.hyperparameters, sort_keys=True)
+        for name, value in request.hyperparameters.items():
+            variable = f"SM_HP_{name.upper()}"
+            if _ENV_NAME.match(variable):
+                env[variable] = value
+    payload: dict = {"env": {**env, **request.env}}
     if request.command is not None:
         payload["command"] = request.command
     sagemaker = {"TrainingImage": request.image, "HyperParameters": request.hyperparameters or None}

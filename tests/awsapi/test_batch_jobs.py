@@ -122,10 +122,19 @@ def test_the_command_comes_from_the_entrypoint_or_quotaportal_command(world, bat
         "ContainerEntrypoint": ["python"],
         "ContainerArguments": ["train.py", "--lr", "0.1"],
     }
-    made = submit(ana, body=payload(AlgorithmSpecification=spec, Environment={"WANDB_MODE": "offline"}))
+    body = payload(
+        AlgorithmSpecification=spec,
+        Environment={"WANDB_MODE": "offline"},
+        HyperParameters={"lr": "0.1", "batch-size": "8"},
+    )
+    made = submit(ana, body=body)
     job = Job.objects.get(pk=int(made["jobId"]))
     assert job.payload["command"] == ["python", "train.py", "--lr", "0.1"]
-    assert job.payload["env"] == {"WANDB_MODE": "offline"}
+    assert job.payload["env"] == {
+        "WANDB_MODE": "offline",
+        "SM_HPS": '{"batch-size": "8", "lr": "0.1"}',
+        "SM_HP_LR": "0.1",  # SM_HP_BATCH-SIZE cannot be a variable: only SM_HPS carries it
+    }
     made = submit(
         ana, name="sdk", body=payload(Environment={"QUOTAPORTAL_COMMAND": "torchrun --nproc 8 'train it.py'"})
     )
