@@ -22,9 +22,12 @@ def endpoint(live_server) -> str:
     return f"{live_server.url}/aws/batch"
 
 
+_open_clients: list = []
+
+
 def client(endpoint: str, key_id: str, secret: str, **config):
     # One attempt: a test sees the server's answer, not botocore's retries of it.
-    return boto3.client(
+    made = boto3.client(
         "batch",
         endpoint_url=endpoint,
         region_name=REGION,
@@ -32,6 +35,17 @@ def client(endpoint: str, key_id: str, secret: str, **config):
         aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 1, "mode": "standard"}, **config),
     )
+    _open_clients.append(made)
+    return made
+
+
+@pytest.fixture(autouse=True)
+def _clients_closed():
+    """Each test's clients hang up at its end, so the live server's threads (and their database
+    connections) end before the test database is dropped."""
+    yield
+    while _open_clients:
+        _open_clients.pop().close()
 
 
 @pytest.fixture
