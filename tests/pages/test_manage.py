@@ -281,7 +281,11 @@ def test_a_share_edit_form_offers_only_the_types_its_queue_can_run(world, client
     assert f'name="limit_{local.pk}"' in new_page
 
 
-def test_plan_timeline_labels_near_an_edge_are_anchored_inside_it(world, client_for):
+def test_plan_timeline_labels_near_an_edge_are_anchored_inside_it(world, client_for, monkeypatch):
+    # Date ticks fall at midnights: an hour before one, the first tick lands at the axis's left edge.
+    real_now = timezone.now()
+    before_midnight = real_now.replace(hour=23, minute=0, second=0, microsecond=0)
+    monkeypatch.setattr(timezone, "now", lambda: before_midnight)
     page = client_for(world.admin).get(reverse("manage_plans")).content.decode()
     labels = re.findall(r'<text x="([\d.]+)%" y="13" text-anchor="(\w+)" class="tick">', page)
     assert labels, "the timeline has date labels"
