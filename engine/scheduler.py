@@ -277,11 +277,11 @@ class PassRun:
         """Work conservation: after preemptions freed capacity (or a nominee placed at once gave its earmark
         back), retry what was left, without preemption.
 
-        The sweep preempts nobody, so between two nominees placed at once (each gives back an earmark) a job
-        that does not fit when the sweep starts cannot fit later in it: under BEST_EFFORT_FIFO only those that
-        fit now, and the waiting nominees, are put through the order again, and again after a nominee was
-        placed at once. STRICT_FIFO queues go through whole, so a head that still does not fit keeps holding
-        the jobs behind it.
+        The sweep preempts nobody. With no nominee waiting, a job that does not fit when the sweep starts cannot
+        fit later in it: under BEST_EFFORT_FIFO only those that fit now are put through the order again. With
+        nominees waiting, one placed at once gives its earmark back in the middle of the sweep, so every job
+        left goes through, and the sweep is run again until none is placed at once. STRICT_FIFO queues go
+        through whole, so a head that still does not fit keeps holding the jobs behind it.
         """
         while True:
             placed_at_once = self.placed_at_once
@@ -293,22 +293,16 @@ class PassRun:
                 return left
 
     def _sweep_once(self, left: dict[int, list[Job]]) -> dict[int, list[Job]]:
-        refusals = Refusals(self.state, allow_preemption=False) if self.park_refusing_shares else None
-        waiting = self.waiting
-        candidates = {
-            share_id: [
-                job
-                for job in jobs
-                if job.id in waiting or first_fit_without_preemption(self.state, job) is not None
-            ]
-            for share_id, jobs in left.items()
-            if jobs
-            and (
-                refusals is None
-                or share_id in self.nominee_shares
-                or not refusals.refuses_all(share_id, jobs[0].priority)
-            )
-        }
+        if self.waiting:
+            # A nominee placed at once gives its earmark back in the middle of the sweep: every job goes through.
+            candidates = {share_id: jobs for share_id, jobs in left.items() if jobs}
+        else:
+            refusals = Refusals(self.state, allow_preemption=False) if self.park_refusing_shares else None
+            candidates = {
+                share_id: [job for job in jobs if first_fit_without_preemption(self.state, job) is not None]
+                for share_id, jobs in left.items()
+                if jobs and (refusals is None or not refusals.refuses_all(share_id, jobs[0].priority))
+            }
         if any(candidates.values()):
             self.place_in_order(candidates, allow_preemption=False)
         placed = self.state.placed_in_pass

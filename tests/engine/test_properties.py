@@ -232,13 +232,31 @@ def run_passes(
     return seen
 
 
+def cancelled(job: Job, now) -> Job:
+    """A user cancels a taken job: STOPPING for nobody, and gone once it has stopped (`finish_stopping`)."""
+    return replace(
+        job,
+        status=JobStatus.STOPPING,
+        stop_deadline=now + timedelta(seconds=120),
+        preemption_retries_before_termination=0,
+        preemption_count=1,
+    )
+
+
 def executors_at_work(rng: random.Random, snap: Snapshot) -> Snapshot:
-    """Executors take most placed jobs; some STOPPING jobs stop; now and then a share is disabled."""
+    """Executors take most placed jobs; some STOPPING jobs stop; users cancel a few taken jobs (STOPPING for
+    nobody); now and then a share is disabled."""
     stopping = sorted(job.id for job in snap.jobs if job.status == JobStatus.STOPPING)
     snap = finish_stopping(snap, set(rng.sample(stopping, rng.randint(0, len(stopping)))))
     jobs = tuple(
         replace(job, taken=rng.random() < 0.7) if job.status in PLACED_STATUSES and not job.taken else job
         for job in snap.jobs
+    )
+    jobs = tuple(
+        cancelled(job, snap.now)
+        if job.status in PLACED_STATUSES and job.taken and rng.random() < 0.1
+        else job
+        for job in jobs
     )
     shares = snap.shares
     if rng.random() < 0.05:
