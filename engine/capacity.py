@@ -5,7 +5,8 @@ and B (SPEC section 2) in O(1), so a fit check never sums over shares or jobs.
 
 Graceful stops (SPEC 3.4) give a type two states: *now*, where STOPPING jobs still hold their instances, and
 *once settled*, where every STOPPING job is gone and every nominated job holds its earmarked entry. A type
-with neither (`TypeLedger.settling` false) has one state, and everything reads as before.
+with neither (`TypeLedger.settling` false) has one state, and everything reads as before. A STOPPING job is
+either a standing nominee's own victim (`WorkingState.claimed`) or stops for nobody (`WorkingState.freeing`).
 """
 
 from __future__ import annotations

@@ -16,9 +16,12 @@ limit or, for a set with no reclaim victim left, within what it may borrow (a sh
 borrow). That rule is not monotone (putting back the last reclaim victim lets the share borrow again), which
 is why the put-back repeats until no victim can be returned.
 
-With graceful stops the search works on the type *once settled* (`capacity.WorkingState`): STOPPING jobs
-already gone, nominated jobs already on their earmarked entries. So instances already on their way out are
-never won a second time, and a victim is never taken for room that a nominated job will hold.
+With graceful stops a set of victims must make room twice (`VictimSet`): *now*, every STOPPING job still
+holding (the instances of STOPPING jobs that are not the job's own victims are nobody's to win), and *once
+settled* (`capacity.WorkingState`), STOPPING jobs gone and nominated jobs on their earmarked entries, so a
+victim is never taken for room that a nominated job will hold. Whether a share is over its limit is read
+once settled. An entry that would fit once the STOPPING jobs that are no nominee's victims are gone is not
+searched at all: the job waits for them (`fit.fits_once_freed`), and searches no later entry either.
 """
 
 from __future__ import annotations

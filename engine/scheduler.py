@@ -2,9 +2,12 @@
 
 One call, one queue, one snapshot; nothing is read but the snapshot and nothing is written but the decisions.
 
-Graceful stops (SPEC 3.4): a preemptor whose victims include a taken job is nominated, not placed; jobs
-nominated by earlier passes are settled first (`PassRun.place_nominated_first`), so while their victims
-stop their instances are earmarked and nobody preempts again on their behalf.
+Graceful stops (SPEC 3.4): a preemptor whose own victims include a taken job, and whose entry does not fit
+until they are gone, is nominated for them alone; jobs nominated by earlier passes are settled first
+(`PassRun.place_nominated_first`), so while their victims stop their instances are earmarked and nobody
+preempts again on their behalf. A nominee that fits on free capacity is placed at once. Instances held by
+STOPPING jobs that are no nominee's victims are held for nobody: a job that would fit once they are gone
+waits for them, RUNNABLE (`fit.fits_once_freed`). See docs/engine-graceful-stops.md.
 """
 
 from __future__ import annotations
