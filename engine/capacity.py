@@ -5,7 +5,8 @@ and B (SPEC section 2) in O(1), so a fit check never sums over shares or jobs.
 
 Graceful stops (SPEC 3.4) give a type two states: *now*, where STOPPING jobs still hold their instances, and
 *once settled*, where every STOPPING job is gone and every nominated job holds its earmarked entry. A type
-with neither (`TypeLedger.settling` false) has one state, and everything reads as before.
+with neither (`TypeLedger.settling` false) has one state, and everything reads as before. A STOPPING job is
+either a standing nominee's own victim (`WorkingState.claimed`) or stops for nobody (`WorkingState.freeing`).
 """
 
 from __future__ import annotations
@@ -158,6 +159,11 @@ class WorkingState:
         # instances STOPPING jobs hold on it.
         self.stopping_jobs: dict[str, dict[int, Job]] = {}
         self.plan_stopping: dict[str, int] = {}
+        # STOPPING job -> the nominee whose victim it is (SPEC 3.4: a nominee waits only for its own victims);
+        # the others (cancelled, drained, stopped for a lowered limit, victims of no standing nominee) are
+        # "freeing": per type, the instances each share's such jobs hold, worked out again after a change.
+        self.claimed: dict[int, int] = {}
+        self._freeing: dict[str, tuple[int, dict[int, int]]] = {}
         # Set only while a pending reason asks what preemption would take if no job were protected.
         self.protections_lifted = False
         # (share, plan) -> smallest count known not to fit without preemption (see fit.py).
@@ -270,7 +276,44 @@ class WorkingState:
             for holding in self.holdings_of_type(instance_type)
         )
 
+    def freeing(self, instance_type: str) -> dict[int, int]:
+        """Per share, the on-demand instances of the type held by STOPPING jobs that are no nominee's victims."""
+        known = self._freeing.get(instance_type)
+        changed = self.type_changed.get(instance_type, 0)
+        if known is not None and known[0] == changed:
+            return known[1]
+        by_share: dict[int, int] = {}
+        claimed = self.claimed
+        for job_id, job in self.stopping_jobs.get(instance_type, {}).items():
+            if job_id not in claimed:
+                by_share[job.share_id] = by_share.get(job.share_id, 0) + job.placement.instance_count
+        self._freeing[instance_type] = (changed, by_share)
+        return by_share
+
+    def freeing_jobs(self, instance_type: str) -> list[Job]:
+        """The STOPPING jobs of the type that are no nominee's victims, by id."""
+        stopping = self.stopping_jobs.get(instance_type, {})
+        return [stopping[job_id] for job_id in sorted(stopping) if job_id not in self.claimed]
+
     # --- changes -----------------------------------------------------------------------------------------
+
+    def claim(self, nominee_id: int, instance_type: str, victim_ids) -> None:
+        """The STOPPING jobs `victim_ids` are the nominee's own victims: their instances are on their way to it."""
+        for job_id in victim_ids:
+            self.claimed[job_id] = nominee_id
+        self._claims_changed(instance_type)
+
+    def unclaim(self, nominee_id: int, instance_type: str, victim_ids) -> None:
+        """The nominee is placed or its nomination lapses: its victims stop for nobody."""
+        for job_id in victim_ids:
+            if self.claimed.get(job_id) == nominee_id:
+                del self.claimed[job_id]
+        self._claims_changed(instance_type)
+
+    def _claims_changed(self, instance_type: str) -> None:
+        self._touch(instance_type, eased=True)
+        self.no_fit.forget(instance_type)
+        self.no_preemption.forget(instance_type)
 
     def place(self, job: Job, instance_type: str, count: int, training_plan: str | None) -> Placement:
         """Hold capacity for `job`, placed in this pass (so never a victim in it)."""

@@ -16,6 +16,8 @@ class Fit:
     entry_index: int
     entry: Entry
     victims: tuple[Job, ...] = ()
+    # The entry only waits for instances being freed by STOPPING jobs (`fits_once_freed`): no victim, no place.
+    waits_for_freeing: bool = False
 
 
 # --- training plan entries -------------------------------------------------------------------------------
@@ -75,17 +77,44 @@ def within_lendable_capacity(
     return in_use_or_reserved + change <= ledger.capacity
 
 
+def no_worse_now(
+    ledger: TypeLedger,
+    holding: Holding,
+    in_use_or_reserved: int,
+    used: int,
+    usage_before: int,
+    usage_after: int,
+    stopping: bool,
+) -> bool:
+    """Invariant B now, STOPPING jobs holding: it holds after the placement, or (while jobs stop, so the sum
+    may be over a lowered capacity until they are gone) the placement leaves it as it was, being within what
+    the share keeps (a RESERVE share, the unlendable part of any share), on instances free now (invariant A)."""
+    change = max(usage_after, holding.reserved) - max(usage_before, holding.reserved)
+    if in_use_or_reserved + change <= ledger.capacity:
+        return True
+    return stopping and change == 0 and used + usage_after - usage_before <= ledger.capacity
+
+
 def fits_now(state: WorkingState, holding: Holding, count: int) -> bool:
     """The share rule and the lendable capacity allow `count` more instances, STOPPING jobs still holding."""
     usage_after = holding.usage + count
     if not within_share_ceiling(holding, usage_after):
         return False
     ledger = state.ledgers[holding.instance_type]
-    return within_lendable_capacity(ledger, holding, ledger.in_use_or_reserved, holding.usage, usage_after)
+    return no_worse_now(
+        ledger,
+        holding,
+        ledger.in_use_or_reserved,
+        ledger.used,
+        holding.usage,
+        usage_after,
+        ledger.stopping > 0,
+    )
 
 
 def fits_once_settled(state: WorkingState, holding: Holding, count: int) -> bool:
-    """Earmarks: the same `count` more also fits once STOPPING jobs are gone and nominated jobs are placed."""
+    """Earmarks: the same `count` more also fits once STOPPING jobs are gone and nominated jobs are placed
+    (invariant B strictly: every invariant holds once settled)."""
     ledger = state.ledgers[holding.instance_type]
     if not ledger.settling:
         return True
@@ -102,6 +131,31 @@ def on_demand_entry_fits(state: WorkingState, share_id: int, entry: Entry) -> bo
     return fits_now(state, holding, entry.instance_count) and fits_once_settled(
         state, holding, entry.instance_count
     )
+
+
+def fits_once_freed(state: WorkingState, holding: Holding, count: int) -> bool:
+    """SPEC 3.4: the entry would fit (now and once settled) once the STOPPING jobs that are no nominee's
+    victims are gone. Such a job waits for them, RUNNABLE: room already on its way is never preempted for
+    a second time, nor earmarked for anyone. False when no such job holds instances of the type."""
+    instance_type = holding.instance_type
+    ledger = state.ledgers[instance_type]
+    if not ledger.stopping:
+        return False
+    freeing = state.freeing(instance_type)
+    if not freeing:
+        return False
+    usage = holding.usage - freeing.get(holding.share.id, 0)
+    if not within_share_ceiling(holding, usage + count):
+        return False
+    in_use_or_reserved = sum(
+        max(other.usage - freeing.get(other.share.id, 0), other.reserved)
+        for other in state.holdings_of_type(instance_type)
+    )
+    used = ledger.used - sum(freeing.values())
+    still_stopping = ledger.stopping > sum(freeing.values())
+    if not no_worse_now(ledger, holding, in_use_or_reserved, used, usage, usage + count, still_stopping):
+        return False
+    return fits_once_settled(state, holding, count)
 
 
 def entry_fits_without_preemption(state: WorkingState, share_id: int, entry: Entry) -> bool:

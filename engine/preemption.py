@@ -16,9 +16,12 @@ limit or, for a set with no reclaim victim left, within what it may borrow (a sh
 borrow). That rule is not monotone (putting back the last reclaim victim lets the share borrow again), which
 is why the put-back repeats until no victim can be returned.
 
-With graceful stops the search works on the type *once settled* (`capacity.WorkingState`): STOPPING jobs
-already gone, nominated jobs already on their earmarked entries. So instances already on their way out are
-never won a second time, and a victim is never taken for room that a nominated job will hold.
+With graceful stops a set of victims must make room twice (`VictimSet`): *now*, every STOPPING job still
+holding (the instances of STOPPING jobs that are not the job's own victims are nobody's to win), and *once
+settled* (`capacity.WorkingState`), STOPPING jobs gone and nominated jobs on their earmarked entries, so a
+victim is never taken for room that a nominated job will hold. Whether a share is over its limit is read
+once settled. An entry that would fit once the STOPPING jobs that are no nominee's victims are gone is not
+searched at all: the job waits for them (`fit.fits_once_freed`), and searches no later entry either.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ from typing import Protocol
 
 from . import messages
 from .capacity import Holding, WorkingState, victim_key
-from .fit import Fit, fits_once_settled, within_lendable_capacity, within_own_quota, within_share_ceiling
+from .fit import (
+    Fit,
+    fits_once_freed,
+    no_worse_now,
+    within_lendable_capacity,
+    within_own_quota,
+    within_share_ceiling,
+)
 from .types import Decisions, Entry, Job, Preemption, PreemptionKind
 
 
@@ -46,22 +56,43 @@ class Trial(Protocol):
 
 
 class VictimSet:
-    """The entry's instance type as it would be once the victims chosen so far are gone."""
+    """The entry's instance type as it would be once the victims chosen so far are gone, read twice when the
+    type is settling: *now* (every other STOPPING job still holding: its instances are nobody's to win) and
+    *once settled* (every STOPPING job gone, every nominated job on its earmarked entry). A placement must
+    fit in both (SPEC 3.4); a type with no STOPPING job and no earmark has one state."""
 
-    __slots__ = ("state", "holding", "ledger", "count", "usage", "in_use_or_reserved", "reclaimed")
+    __slots__ = (
+        "state",
+        "holding",
+        "ledger",
+        "count",
+        "change",
+        "in_use_or_reserved",
+        "both",
+        "now_in_use_or_reserved",
+        "now_used",
+        "reclaimed",
+    )
 
     def __init__(self, state: WorkingState, holding: Holding, count: int):
         self.state = state
         self.holding = holding
-        self.ledger = state.ledgers[holding.instance_type]
+        self.ledger = ledger = state.ledgers[holding.instance_type]
         self.count = count
-        self.usage: dict[int, int] = {}
+        self.change: dict[int, int] = {}  # per share, the instances its victims taken so far hold (<= 0)
         self.in_use_or_reserved = state.settled_in_use_or_reserved(holding.instance_type)
+        self.both = ledger.settling
+        self.now_in_use_or_reserved = ledger.in_use_or_reserved
+        self.now_used = ledger.used
         self.reclaimed = 0  # victims of other shares in the set
 
     def usage_of(self, holding: Holding) -> int:
-        usage = self.usage.get(holding.share.id)
-        return self.state.settled_usage(holding) if usage is None else usage
+        """The share's usage once settled, less its victims taken so far."""
+        return self.state.settled_usage(holding) + self.change.get(holding.share.id, 0)
+
+    def now_usage_of(self, holding: Holding) -> int:
+        """The share's usage now (its STOPPING jobs holding), less its victims taken so far."""
+        return holding.usage + self.change.get(holding.share.id, 0)
 
     def still_over_limit(self, holding: Holding) -> bool:
         return self.usage_of(holding) > holding.limit
@@ -105,27 +136,54 @@ class VictimSet:
         self._change_usage(self.state.holding(victim.share_id, self.holding.instance_type), change)
 
     def _change_usage(self, holding: Holding, change: int) -> None:
-        before = self.usage_of(holding)
-        after = self.usage[holding.share.id] = before + change
-        self.in_use_or_reserved += max(after, holding.reserved) - max(before, holding.reserved)
+        share_id = holding.share.id
+        taken = self.change.get(share_id, 0)
+        self.change[share_id] = taken + change
+        reserved = holding.reserved
+        before = self.state.settled_usage(holding) + taken
+        self.in_use_or_reserved += max(before + change, reserved) - max(before, reserved)
+        if self.both:
+            before = holding.usage + taken
+            self.now_in_use_or_reserved += max(before + change, reserved) - max(before, reserved)
+            self.now_used += change
+
+    def own_within_limit(self) -> bool:
+        """The share ends within its own limit, now and once settled, whatever room the environment has."""
+        holding = self.holding
+        if not within_own_quota(holding, self.usage_of(holding) + self.count):
+            return False
+        return not self.both or within_own_quota(holding, self.now_usage_of(holding) + self.count)
 
     def fits_within_own_limit(self) -> bool:
         """Room in the environment (invariant B) once placed, with the share ending within its own limit."""
-        usage = self.usage_of(self.holding)
-        return within_own_quota(self.holding, usage + self.count) and self._environment_has_room(usage)
+        return self._fits(within_own_quota)
 
     def fits_within_borrow_limit(self) -> bool:
         """Room in the environment (invariant B) once placed, with the share within what it may borrow."""
-        usage = self.usage_of(self.holding)
-        return within_share_ceiling(self.holding, usage + self.count) and self._environment_has_room(usage)
+        return self._fits(within_share_ceiling)
 
     def makes_room(self) -> bool:
         """SPEC 3.4: within the share's own limit, or, for a set with no reclaim victim, its borrow limit."""
         return self.fits_within_own_limit() if self.reclaimed else self.fits_within_borrow_limit()
 
-    def _environment_has_room(self, usage: int) -> bool:
-        return within_lendable_capacity(
-            self.ledger, self.holding, self.in_use_or_reserved, usage, usage + self.count
+    def _fits(self, share_rule: Callable[[Holding, int], bool]) -> bool:
+        holding, count = self.holding, self.count
+        usage = self.usage_of(holding)
+        if not share_rule(holding, usage + count) or not within_lendable_capacity(
+            self.ledger, holding, self.in_use_or_reserved, usage, usage + count
+        ):
+            return False
+        if not self.both:
+            return True
+        usage = self.now_usage_of(holding)
+        return share_rule(holding, usage + count) and no_worse_now(
+            self.ledger,
+            holding,
+            self.now_in_use_or_reserved,
+            self.now_used,
+            usage,
+            usage + count,
+            self.ledger.stopping > 0,
         )
 
 
@@ -308,8 +366,11 @@ def in_share_usage(state: WorkingState, holding: Holding, priority: int) -> int:
 
 
 def can_end_within_own_quota(state: WorkingState, holding: Holding, count: int, priority: int) -> bool:
-    """A share never reclaims in order to borrow: reclaim only if it can end within its own limit."""
+    """A share never reclaims in order to borrow: reclaim only if it can end within its own limit, now (its
+    STOPPING jobs holding) and once settled."""
     usage = state.settled_usage(holding)
+    if state.ledgers[holding.instance_type].settling:
+        usage = max(usage, holding.usage)
     return within_own_quota(holding, usage + count) or within_own_quota(
         holding, usage - in_share_usage(state, holding, priority) + count
     )
@@ -450,7 +511,7 @@ def reclaim_first_search(state: WorkingState, job: Job, entry: Entry) -> tuple[J
     if not can_end_within_own_quota(state, holding, entry.instance_count, job.priority):
         return None
     victims = VictimSet(state, holding, entry.instance_count)
-    if not within_own_quota(holding, victims.usage_of(holding) + entry.instance_count):
+    if not victims.own_within_limit():
         decided, chosen = in_share_after_all_reclaim(state, victims, job.priority)
         if decided:
             return chosen
@@ -519,20 +580,13 @@ def select_victims(state: WorkingState, job: Job, entry: Entry) -> tuple[Job, ..
     return victims
 
 
-def waits_for_stopping_jobs(state: WorkingState, share_id: int, entry: Entry) -> bool:
-    """An entry that fits once the STOPPING jobs are gone needs no victim: the job waits for them instead."""
-    holding = state.holding(share_id, entry.instance_type)
-    return state.ledgers[entry.instance_type].stopping > 0 and fits_once_settled(
-        state, holding, entry.instance_count
-    )
-
-
 def first_fit_with_preemption(state: WorkingState, job: Job) -> Fit | None:
     """The job's first on-demand entry, in preference order, that preemption can make room for.
 
-    An entry that only waits for STOPPING jobs is such an entry, with no victims. Until usage of the type
-    changes, preemption that cannot make room for n instances for a share and priority cannot for more
-    either: `state.no_preemption` remembers the smallest such count.
+    An entry that would fit once the STOPPING jobs that are no nominee's victims are gone ends the search
+    with no victims (`Fit.waits_for_freeing`): the job preempts nobody for it or a later entry and waits.
+    Until usage of the type changes, preemption that cannot make room for n instances for a share and priority
+    cannot for more either: `state.no_preemption` remembers the smallest such count.
     """
     for index, entry in enumerate(job.entries):
         if entry.training_plan is not None:
@@ -540,8 +594,9 @@ def first_fit_with_preemption(state: WorkingState, job: Job) -> Fit | None:
         key = (job.share_id, job.priority)
         if state.no_preemption.known_to_fail(entry.instance_type, key, entry.instance_count):
             continue
-        if waits_for_stopping_jobs(state, job.share_id, entry):
-            return Fit(index, entry)
+        holding = state.holding(job.share_id, entry.instance_type)
+        if fits_once_freed(state, holding, entry.instance_count):
+            return Fit(index, entry, waits_for_freeing=True)
         victims = select_victims(state, job, entry) if preemption_may_make_room(state, job, entry) else None
         if victims is not None:
             return Fit(index, entry, victims)

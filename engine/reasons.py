@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from .capacity import Holding, TypeLedger, WorkingState
 from .fit import (
+    fits_now,
+    fits_once_freed,
     fits_once_settled,
     plan_has_room,
     plan_is_active,
     plan_is_draining,
     plan_open_to_share,
-    within_lendable_capacity,
     within_own_quota,
     within_share_ceiling,
 )
@@ -136,13 +137,14 @@ class PendingReasons:
             return "type not offered by the environment"
         if entry.instance_count > ledger.capacity:
             return f"needs more than the environment's {ledger.capacity} instances"
+        if fits_once_freed(state, holding, entry.instance_count):
+            return freeing_reason(state, ledger, job)
         if not within_share_ceiling(holding, usage_after):
             reason = share_rule_reason(holding, usage_after)
             if holding.share.in_share_preemption:
                 reason += ", " + self.why_preemption_cannot_help(job, entry)
             return reason
-        in_use_or_reserved = ledger.in_use_or_reserved
-        if not within_lendable_capacity(ledger, holding, in_use_or_reserved, holding.usage, usage_after):
+        if not fits_now(state, holding, entry.instance_count):
             return (
                 self.capacity_reason(ledger, holding, usage_after)
                 + stopping_detail(state, ledger, job)
@@ -239,6 +241,17 @@ def stopping_detail(state: WorkingState, ledger: TypeLedger, reader: Job) -> str
     stopping = state.stopping_jobs.get(ledger.instance_type, {})
     jobs = ", ".join(job_label(stopping[job_id], reader) for job_id in sorted(stopping))
     return f" ({ledger.stopping} held by stopping {jobs})"
+
+
+def freeing_reason(state: WorkingState, ledger: TypeLedger, reader: Job) -> str:
+    """It would fit once STOPPING jobs that are no nominee's victims are gone: it waits for them, RUNNABLE."""
+    freeing = state.freeing_jobs(ledger.instance_type)
+    instances = sum(job.placement.instance_count for job in freeing)
+    jobs = ", ".join(job_label(job, reader) for job in freeing)
+    return (
+        f"waits for instances being freed ({instances} held by stopping {jobs}), preempting nobody for room "
+        f"already on its way"
+    )
 
 
 def earmarked_reason(state: WorkingState, ledger: TypeLedger, reader: Job) -> str:

@@ -8,7 +8,7 @@ order, and its jobs are refused in bulk up to the moment the state changes (an a
 earmark) and the answer may change; then the share is asked again, and either stays out or goes back in.
 
 The answer is "refuses all" only when, for every instance type of the queue, one instance fits neither now nor
-once settled, no STOPPING job's room would take it, and preemption's cheap bound
+once settled, and preemption's cheap bound
 (`preemption.room_by_preemption_possible`) says no room can be made for it at the head's priority; and no plan
 the share may use has room for one instance. Every one of these only gets harder with more instances (entries
 ask for at least one, SPEC 1) and with a lower priority (fewer of the share's own jobs rank below it), and the
@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from .capacity import WorkingState
 from .fit import on_demand_entry_fits, plan_entry_fits
-from .preemption import room_by_preemption_possible, waits_for_stopping_jobs
+from .preemption import room_by_preemption_possible
 from .types import Entry
 
 
@@ -121,8 +121,6 @@ class Refusals:
             return _FITS
         if not self.allow_preemption:
             return _REFUSED
-        if waits_for_stopping_jobs(state, share_id, self._types[instance_type]):
-            return _FITS  # a job would wait for the STOPPING jobs rather than preempt
         if room_by_preemption_possible(state, share_id, priority, instance_type, 1):
             return _MAY_PREEMPT
         return _REFUSED

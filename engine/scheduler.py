@@ -2,9 +2,12 @@
 
 One call, one queue, one snapshot; nothing is read but the snapshot and nothing is written but the decisions.
 
-Graceful stops (SPEC 3.4): a preemptor whose victims include a taken job is nominated, not placed; jobs
-nominated by earlier passes are settled first (`PassRun.place_nominated_first`), so while their victims
-stop their instances are earmarked and nobody preempts again on their behalf.
+Graceful stops (SPEC 3.4): a preemptor whose own victims include a taken job, and whose entry does not fit
+until they are gone, is nominated for them alone; jobs nominated by earlier passes are settled first
+(`PassRun.place_nominated_first`), so while their victims stop their instances are earmarked and nobody
+preempts again on their behalf. A nominee that fits on free capacity is placed at once. Instances held by
+STOPPING jobs that are no nominee's victims are held for nobody: a job that would fit once they are gone
+waits for them, RUNNABLE (`fit.fits_once_freed`). See docs/engine-graceful-stops.md.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
         placed_first = run.place_nominated_first([job for job in schedulable if job.nomination is not None])
         schedulable = [job for job in schedulable if job.id not in placed_first]
         left = run.place_in_order(share_queues(schedulable), allow_preemption=True)
-        if any(p.preemptor_job_id is not None for p in run.decisions.preemptions):
+        if run.placed_at_once or any(p.preemptor_job_id is not None for p in run.decisions.preemptions):
             left = run.sweep(left)
     run.lapse_nominations(
         job.id for job in state.jobs if job.nomination is not None and job.id not in run.nomination_holds
@@ -114,20 +117,26 @@ class PassRun:
     # they wait for; and every job whose nomination, old or new, stands or was replaced by an admission.
     waiting: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
     nomination_holds: set[int] = field(default_factory=set)
+    # Per share, its jobs in `waiting`: such a share is never parked, since a nominee may be placed at once
+    # when its own earmark is given back to it, which the refusals do not ask about.
+    nominee_shares: dict[int, int] = field(default_factory=dict)
+    # How many waiting nominees were placed at once in the order or the sweep (each gives its earmark back).
+    placed_at_once: int = 0
 
     def place_nominated_first(self, nominated: list[Job]) -> set[int]:
         """Nominated jobs are taken before any other head; returns those it placed.
 
-        Every valid nomination is earmarked first. Then, in head order, each is placed on the first entry that
-        fits without preemption (its own earmark freed for it); else, while any of its victims is STOPPING and
-        its entry fits once they are gone, it keeps waiting (and its earmark); else its nomination lapses and
-        it is an ordinary head of this pass.
+        Every valid nomination is earmarked first, and its victims still STOPPING are its own. Then, in head
+        order, each is placed on the first entry that fits without preemption (its own earmark freed for it);
+        else, while any of its victims is STOPPING and its entry fits once settled, it keeps waiting (and its
+        earmark); else its nomination lapses and it is an ordinary head of this pass.
         """
         state = self.state
         valid = [job for job in nominated if nomination_still_valid(state, job)]
         for job in valid:
             entry = job.entries[job.nomination.entry_index]
             state.earmark(job.share_id, entry.instance_type, entry.instance_count)
+            state.claim(job.id, entry.instance_type, victims_still_stopping(state, job))
         placed: set[int] = set()
         # The order of SPEC 3.2, FAIR_SHARE included, kept current as each nominated job is placed.
         heads = HeadOrder(share_queues(valid), state.share_under_limit, fair_share_of(state))
@@ -142,26 +151,55 @@ class PassRun:
         state = self.state
         self.considered.add(job.id)
         entry = job.entries[job.nomination.entry_index]
+        stopping = victims_still_stopping(state, job)
         state.earmark(job.share_id, entry.instance_type, -entry.instance_count)
+        state.unclaim(job.id, entry.instance_type, stopping)
         fit = first_fit_without_preemption(state, job)
         if fit is not None:
             self.admit(job, fit)
             self.nomination_holds.add(job.id)
             return True
-        stopping = victims_still_stopping(state, job)
         holding = state.holding(job.share_id, entry.instance_type)
         if stopping and fits_once_settled(state, holding, entry.instance_count):
-            state.earmark(job.share_id, entry.instance_type, entry.instance_count)
-            self.waiting[job.id] = (job.nomination.entry_index, stopping)
+            self.hold_earmark(job, job.nomination.entry_index, stopping)
             self.nomination_holds.add(job.id)
         return False
 
-    def nominate(self, job: Job, fit: Fit) -> None:
-        """The preemptor waits for STOPPING jobs: its entry is earmarked and it is placed by a later pass."""
+    def hold_earmark(self, job: Job, entry_index: int, victim_ids: list[int]) -> None:
+        """The job waits, nominated on the entry, for its own STOPPING victims."""
+        entry = job.entries[entry_index]
+        self.state.earmark(job.share_id, entry.instance_type, entry.instance_count)
+        self.state.claim(job.id, entry.instance_type, victim_ids)
+        if job.id not in self.waiting:
+            self.nominee_shares[job.share_id] = self.nominee_shares.get(job.share_id, 0) + 1
+        self.waiting[job.id] = (entry_index, victim_ids)
+
+    def place_nominee_at_once(self, job: Job) -> bool:
+        """A waiting nominee whose entries fit on free capacity without its victims is placed at once (work
+        conservation; its victims still stop). True when placed."""
+        state = self.state
+        entry_index, victim_ids = self.waiting[job.id]
+        entry = job.entries[entry_index]
+        state.earmark(job.share_id, entry.instance_type, -entry.instance_count)
+        state.unclaim(job.id, entry.instance_type, victim_ids)
+        fit = first_fit_without_preemption(state, job)
+        if fit is None:
+            self.hold_earmark(job, entry_index, victim_ids)
+            return False
+        del self.waiting[job.id]
+        self.nominee_shares[job.share_id] -= 1
+        if not self.nominee_shares[job.share_id]:
+            del self.nominee_shares[job.share_id]
+        self.decisions.nominations = [n for n in self.decisions.nominations if n.job_id != job.id]
+        self.nomination_holds.add(job.id)
+        self.placed_at_once += 1
+        self.admit(job, fit)
+        return True
+
+    def nominate(self, job: Job, fit: Fit, victim_ids: list[int]) -> None:
+        """The preemptor waits for its own STOPPING victims: its entry is earmarked, a later pass places it."""
         state, entry = self.state, fit.entry
-        victim_ids = sorted(state.stopping_jobs.get(entry.instance_type, {}))
-        state.earmark(job.share_id, entry.instance_type, entry.instance_count)
-        self.waiting[job.id] = (fit.entry_index, victim_ids)
+        self.hold_earmark(job, fit.entry_index, victim_ids)
         self.nomination_holds.add(job.id)
         self.decisions.nominations.append(
             Nominate(
@@ -202,7 +240,11 @@ class PassRun:
 
         while (job := heads.next_head()) is not None:
             share_id = job.share_id
-            if refusals is not None and refusals.refuses_all(share_id, job.priority):
+            if (
+                refusals is not None
+                and share_id not in self.nominee_shares
+                and refusals.refuses_all(share_id, job.priority)
+            ):
                 heads.park(share_id)
                 continue
             self.considered.add(job.id)
@@ -235,21 +277,35 @@ class PassRun:
         return left
 
     def sweep(self, left: dict[int, list[Job]]) -> dict[int, list[Job]]:
-        """Work conservation: after preemptions freed capacity, retry what was left, without preemption.
+        """Work conservation: after preemptions freed capacity (or a nominee placed at once gave its earmark
+        back), retry what was left, without preemption.
 
-        Only a preemption frees capacity during a pass and the sweep preempts nobody, so one sweep is enough,
-        and a job that does not fit when the sweep starts cannot fit later in it: under BEST_EFFORT_FIFO only
-        those that fit now are put through the order again. STRICT_FIFO queues go through whole, so a head
-        that still does not fit keeps holding the jobs behind it.
+        The sweep preempts nobody. With no nominee waiting, a job that does not fit when the sweep starts cannot
+        fit later in it: under BEST_EFFORT_FIFO only those that fit now are put through the order again. With
+        nominees waiting, one placed at once gives its earmark back in the middle of the sweep, so every job
+        left goes through, and the sweep is run again until none is placed at once. STRICT_FIFO queues go
+        through whole, so a head that still does not fit keeps holding the jobs behind it.
         """
-        if self.state.snapshot.ordering == Ordering.STRICT_FIFO:
-            return self.place_in_order(left, allow_preemption=False)
-        refusals = Refusals(self.state, allow_preemption=False) if self.park_refusing_shares else None
-        candidates = {
-            share_id: [job for job in jobs if first_fit_without_preemption(self.state, job) is not None]
-            for share_id, jobs in left.items()
-            if jobs and (refusals is None or not refusals.refuses_all(share_id, jobs[0].priority))
-        }
+        while True:
+            placed_at_once = self.placed_at_once
+            if self.state.snapshot.ordering == Ordering.STRICT_FIFO:
+                left = self.place_in_order(left, allow_preemption=False)
+            else:
+                left = self._sweep_once(left)
+            if self.placed_at_once == placed_at_once:
+                return left
+
+    def _sweep_once(self, left: dict[int, list[Job]]) -> dict[int, list[Job]]:
+        if self.waiting:
+            # A nominee placed at once gives its earmark back in the middle of the sweep: every job goes through.
+            candidates = {share_id: jobs for share_id, jobs in left.items() if jobs}
+        else:
+            refusals = Refusals(self.state, allow_preemption=False) if self.park_refusing_shares else None
+            candidates = {
+                share_id: [job for job in jobs if first_fit_without_preemption(self.state, job) is not None]
+                for share_id, jobs in left.items()
+                if jobs and (refusals is None or not refusals.refuses_all(share_id, jobs[0].priority))
+            }
         if any(candidates.values()):
             self.place_in_order(candidates, allow_preemption=False)
         placed = self.state.placed_in_pass
@@ -258,25 +314,30 @@ class PassRun:
     def try_place(self, job: Job, heads: HeadOrder, *, allow_preemption: bool) -> bool:
         """Preference evaluation: the first entry that fits without preemption, else with preemption.
 
-        A nominated job waits (its share's next job is tried, or under STRICT_FIFO its share is held).
+        A nominated job is placed only if it fits on free capacity now, else it waits (its share's next job is
+        tried, or under STRICT_FIFO its share is held). A job whose entry would fit once STOPPING jobs that
+        are no nominee's victims are gone waits too, RUNNABLE and not nominated. A preemptor is nominated when
+        one of its own victims is STOPPING and its entry does not fit until they are gone.
         """
         if job.id in self.waiting:
-            return False
+            return self.place_nominee_at_once(job)
         fit = first_fit_without_preemption(self.state, job)
         preempting = fit is None and allow_preemption
         if preempting:
             fit = first_fit_with_preemption(self.state, job)
-        if fit is None:
+        if fit is None or fit.waits_for_freeing:
             return False
-        graceful = False
+        stopping: list[int] = []
         for victim in fit.victims:
             preemption = preempt(
                 self.state, self.decisions, victim, kind=preemption_kind(victim, job), preemptor=job
             )
-            graceful |= preemption.graceful
+            if preemption.graceful:
+                stopping.append(victim.id)
             heads.refresh(victim.share_id)
-        if preempting and must_wait_for_stopping_jobs(self.state, job, fit, graceful):
-            self.nominate(job, fit)
+        if preempting and not on_demand_entry_fits(self.state, job.share_id, fit.entry):
+            if stopping:
+                self.nominate(job, fit, sorted(stopping))
             return False
         self.admit(job, fit)
         return True
@@ -335,15 +396,6 @@ class PassRun:
                 else:
                     reason = why_entries_do_not_fit(job)
                 pending.append(Pending(job.id, share_id, reason, position))
-
-
-def must_wait_for_stopping_jobs(state: WorkingState, job: Job, fit: Fit, graceful: bool) -> bool:
-    """Nominate rather than place: a victim is STOPPING, or the entry's room is still held by STOPPING jobs."""
-    if graceful:
-        return True
-    if not state.ledgers[fit.entry.instance_type].settling:
-        return False
-    return not on_demand_entry_fits(state, job.share_id, fit.entry)
 
 
 def pass_stats(decisions: Decisions, considered: set[int]) -> PassStats:

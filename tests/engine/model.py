@@ -7,8 +7,14 @@ sweep after preemptions, and each share's queue positions. It is written from SP
 code with the engine but the dataclasses, `oracle` (SPEC 2) and `reference` (SPEC 3.4's victim choice and
 SPEC 2's give-back); every sum is recomputed from the jobs at every step.
 
-Graceful stops are modelled too: a taken victim (or drained job) is STOPPING and keeps its instances; its
-preemptor is nominated, not placed, and a later pass places the nominated job before any other head.
+Graceful stops are modelled too, as SPEC 3.4 reads them: a taken victim (or drained job) is STOPPING and keeps
+its instances. A placement must fit now (every STOPPING job holding; while one holds, invariant B may stay over
+a lowered capacity if the placement makes it no worse, on instances free now) and once settled (every STOPPING
+job gone, every nominee on its earmarked entry). Only a job whose own preemption stopped someone is nominated,
+and it waits for its own victims only; victims make room now and once settled, so STOPPING jobs that are not
+its own victims hold their instances for it too. A job that would fit once the STOPPING jobs that are no
+nominee's victims are gone preempts nobody for that entry or a later one: it waits, RUNNABLE. A nominee that
+fits is placed at once; one that no longer fits once settled, or whose victims are gone, loses its earmark.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from engine import (
 )
 
 from . import reference
-from .oracle import all_types, fits_without_preemption, limit, on_demand_usage, reserved
+from .oracle import all_types, fits_now, fits_without_preemption, limit, on_demand_usage, reserved
 
 
 @dataclass
@@ -122,8 +128,9 @@ class ModelPass:
         self.decisions = ModelDecisions()
         self.placed_in_pass: set[int] = set()
         self.victims: set[int] = set()
-        # Nominations standing in the pass: job -> (entry index, the STOPPING jobs it waits for).
+        # Nominations standing in the pass: job -> (entry index, its own victims still STOPPING).
         self.standing: dict[int, tuple[int, frozenset[int]]] = {}
+        self.placed_at_once = 0
 
     # --- graceful stops: the queue now, and once settled ---------------------------------------------------
 
@@ -143,17 +150,29 @@ class ModelPass:
     def fits(self, job: Job, index: int) -> bool:
         """Without preemption: now (STOPPING jobs hold their instances) and once settled (earmarks held)."""
         entry = job.entries[index]
-        if not fits_without_preemption(self.snap, job, entry):
-            return False
-        return entry.training_plan is not None or fits_without_preemption(self.settled(job.id), job, entry)
+        if entry.training_plan is not None:
+            return fits_without_preemption(self.snap, job, entry)
+        return fits_now(self.snap, job, entry) and fits_without_preemption(self.settled(job.id), job, entry)
 
     def first_fit(self, job: Job) -> int | None:
         return next((i for i in range(len(job.entries)) if self.fits(job, i)), None)
 
-    def nominate(self, job: Job, index: int) -> None:
-        waits_for = stopping_ids(self.snap, job.entries[index].instance_type)
-        self.standing[job.id] = (index, frozenset(waits_for))
-        self.decisions.nominations[job.id] = (index, tuple(sorted(waits_for)))
+    def claimed(self) -> set[int]:
+        """The STOPPING jobs that are a standing nominee's own victims."""
+        return {victim for _, victims in self.standing.values() for victim in victims}
+
+    def fits_once_freed(self, job: Job, entry) -> bool:
+        """The entry would fit, now and once settled, once the STOPPING jobs of its type that are no nominee's
+        victims are gone (there being such jobs)."""
+        freeing = stopping_ids(self.snap, entry.instance_type) - self.claimed()
+        if not freeing:
+            return False
+        freed = reference.without(self.snap, freeing)
+        return fits_now(freed, job, entry) and fits_without_preemption(self.settled(job.id), job, entry)
+
+    def nominate(self, job: Job, index: int, victims: set[int]) -> None:
+        self.standing[job.id] = (index, frozenset(victims))
+        self.decisions.nominations[job.id] = (index, tuple(sorted(victims)))
 
     # --- housekeeping (SPEC 3.1, and SPEC 2's last rule) --------------------------------------------------
 
@@ -210,8 +229,9 @@ class ModelPass:
         self.decisions.admissions.append((job.id, index, borrowed))
 
     def place_nominated_first(self, jobs: list[Job]) -> None:
-        """Nominated jobs before any other head: placed where they fit, else waiting while a victim stops and
-        their entry fits once settled, else their nomination lapses and they are ordinary heads."""
+        """Nominated jobs before any other head: placed where they fit, else waiting while one of their own
+        victims stops and their entry fits once settled, else their nomination lapses and they are ordinary
+        heads."""
         jobs = list(jobs)
         while jobs:
             # The order of SPEC 3.2 among them, read afresh after each.
@@ -231,41 +251,50 @@ class ModelPass:
                 del self.standing[job.id]
 
     def try_place(self, job: Job, *, allow_preemption: bool) -> bool:
-        """The first entry that fits without preemption; else the first that preemption can make room for.
-        A nominated job waits."""
+        """The first entry that fits without preemption; else the first that preemption can make room for,
+        unless an entry before it would fit once instances being freed are free. A waiting nominee is placed
+        if it fits (its victims still stop)."""
         if job.id in self.standing:
-            return False
+            index = self.first_fit(job)
+            if index is None:
+                return False
+            del self.standing[job.id]
+            self.decisions.nominations.pop(job.id, None)
+            self.placed_at_once += 1
+            self.place(job, index)
+            return True
         index = self.first_fit(job)
         if index is not None:
             self.place(job, index)
             return True
         if not allow_preemption:
             return False
-        for index, entry in enumerate(job.entries):
+        for index, entry in enumerate(job.entries):  # noqa: B007 (the entry found is used after the loop)
             if entry.training_plan is not None:
                 continue
+            if self.fits_once_freed(job, entry):
+                return False  # room is on its way: no victim for it or a later entry, and no nomination
+            # Nominated jobs, placed in the settled view, are no victims; the victims make room now too.
             settled = self.settled(job.id)
-            if fits_without_preemption(settled, job, entry):
-                # Room is on its way (instances stopping): no victim, the job waits for them.
-                self.nominate(job, index)
-                return False
-            # Nominated jobs, placed in the settled view, are no victims.
-            victims = reference.victims_for(settled, job, entry, self.placed_in_pass | set(self.standing))
+            excluded = self.placed_in_pass | set(self.standing)
+            victims = reference.victims_for(settled, job, entry, excluded, now=self.snap)
             if victims is not None:
                 break
         else:
             return False
-        graceful = False
+        own: set[int] = set()
         for victim_id in victims:
             victim = next(j for j in self.snap.jobs if j.id == victim_id)
             kind = PreemptionKind.RECLAIM if victim.share_id != job.share_id else PreemptionKind.IN_SHARE
-            graceful |= victim.taken
+            if victim.taken:
+                own.add(victim_id)
             self.stop(victim_id, kind, job.id)
-        if graceful or not self.fits(job, index):
-            self.nominate(job, index)
-            return False
-        self.place(job, index)
-        return True
+        if self.fits(job, index):
+            self.place(job, index)
+            return True
+        if own:
+            self.nominate(job, index, own)
+        return False
 
     def take_heads(self, queues: dict[int, list[Job]], *, allow_preemption: bool) -> dict[int, list[Job]]:
         """Repeatedly the best head across shares; returns each share's jobs left unplaced, in queue order."""
@@ -302,9 +331,15 @@ class ModelPass:
             self.place_nominated_first([j for j in runnable if j.id in self.standing])
             queues = by_share(j for j in runnable if j.id not in self.placed_in_pass)
             left = self.take_heads(queues, allow_preemption=True)
-            if any(preemptor is not None for _, _, preemptor, _, _ in self.decisions.preemptions):
-                # Work conservation: what the preemptions freed beyond their preemptors' needs.
-                self.take_heads(left, allow_preemption=False)
+            preempted = any(preemptor is not None for _, _, preemptor, _, _ in self.decisions.preemptions)
+            if preempted or self.placed_at_once:
+                # Work conservation: what the preemptions freed beyond their preemptors' needs, and the
+                # earmarks given back by nominees placed at once (again after each round that placed one).
+                while True:
+                    placed_at_once = self.placed_at_once
+                    left = self.take_heads(left, allow_preemption=False)
+                    if self.placed_at_once == placed_at_once:
+                        break
         kept = set(self.standing) | self.placed_in_pass
         self.decisions.lapsed = sorted(
             job_id for job_id in nominated - kept if job_id not in self.decisions.nominations

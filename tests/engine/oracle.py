@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
-from engine import HOLDING_STATUSES, UNLIMITED, Entry, Job, Share, Snapshot, Strategy
+from engine import HOLDING_STATUSES, UNLIMITED, Entry, Job, JobStatus, Share, Snapshot, Strategy
 
 
 def on_demand_usage(snap: Snapshot) -> Counter[tuple[int, str]]:
@@ -114,13 +114,42 @@ def fits_without_preemption(snap: Snapshot, job: Job, entry: Entry) -> bool:
     return committed <= snap.capacity.get(instance_type, 0)
 
 
-def makes_room(snap: Snapshot, job: Job, entry: Entry, victim_ids: set[int]) -> bool:
+def fits_now(snap: Snapshot, job: Job, entry: Entry) -> bool:
+    """SPEC 3.3 for an on-demand entry with STOPPING jobs holding their instances (SPEC 3.4): as
+    `fits_without_preemption`, except that while a job STOPPING on the type still holds instances, invariant B
+    may stay over capacity (a capacity was lowered) when the placement does not make it worse, on instances
+    free now (invariant A holds after it)."""
+    if fits_without_preemption(snap, job, entry):
+        return True
+    instance_type = entry.instance_type
+    if not any(
+        j.status == JobStatus.STOPPING
+        and j.placement.training_plan is None
+        and j.placement.instance_type == instance_type
+        for j in snap.jobs
+    ):
+        return False
+    share = next(s for s in snap.shares if s.id == job.share_id)
+    usage = on_demand_usage(snap)
+    before = usage[share.id, instance_type]
+    after = before + entry.instance_count
+    ceiling = most_allowed(share, instance_type)
+    if ceiling is not None and after > ceiling:
+        return False
+    in_use = sum(usage[s.id, instance_type] for s in snap.shares) + entry.instance_count
+    return max(after, reserved(share, instance_type)) == max(
+        before, reserved(share, instance_type)
+    ) and in_use <= snap.capacity.get(instance_type, 0)
+
+
+def makes_room(snap: Snapshot, job: Job, entry: Entry, victim_ids: set[int], *, fits=None) -> bool:
     """SPEC 3.4: once the victims are gone the environment has the room and the job's share ends within its
-    own limit, or, for a set with no reclaim victim, within what it may borrow."""
+    own limit, or, for a set with no reclaim victim, within what it may borrow. `fits` reads the room
+    (`fits_without_preemption` unless told)."""
     gone = replace(snap, jobs=tuple(j for j in snap.jobs if j.id not in victim_ids))
     reclaim = any(j.id in victim_ids and j.share_id != job.share_id for j in snap.jobs)
     share = next(s for s in snap.shares if s.id == job.share_id)
     usage_after = on_demand_usage(gone)[share.id, entry.instance_type] + entry.instance_count
     if reclaim and usage_after > limit(share, entry.instance_type):
         return False
-    return fits_without_preemption(gone, job, entry)
+    return (fits or fits_without_preemption)(gone, job, entry)

@@ -15,6 +15,7 @@ from engine import PLACED_STATUSES, Entry, Job, Snapshot
 
 from .oracle import (
     all_types,
+    fits_now,
     fits_without_preemption,
     limit,
     makes_room,
@@ -74,9 +75,20 @@ def put_back(taken: list[int], fits: Callable[[set[int]], bool]) -> list[int]:
 # --- SPEC 3.4 --------------------------------------------------------------------------------------------
 
 
-def victims_for(snap: Snapshot, job: Job, entry: Entry, placed_in_pass: set[int]) -> list[int] | None:
-    """The victims preemption takes to place `job` on the on-demand `entry`, or None when it cannot."""
+def victims_for(
+    snap: Snapshot, job: Job, entry: Entry, placed_in_pass: set[int], now: Snapshot | None = None
+) -> list[int] | None:
+    """The victims preemption takes to place `job` on the on-demand `entry`, or None when it cannot.
+
+    With graceful stops `snap` is the queue once settled and `now` the queue as it is (STOPPING jobs holding
+    their instances): the job must fit in both once its victims are gone (SPEC 3.4)."""
     share = next(s for s in snap.shares if s.id == job.share_id)
+
+    def room(gone: set[int]) -> bool:
+        return makes_room(snap, job, entry, gone) and (
+            now is None or makes_room(now, job, entry, gone, fits=fits_now)
+        )
+
     instance_type = entry.instance_type
     candidates = [
         j for j in placed_on(snap, instance_type) if j.id not in placed_in_pass and not protected(snap, j)
@@ -91,9 +103,12 @@ def victims_for(snap: Snapshot, job: Job, entry: Entry, placed_in_pass: set[int]
     ]
 
     def within_own_limit(gone: set[int]) -> bool:
-        usage = on_demand_usage(without(snap, gone))[share.id, instance_type]
-        within = usage + entry.instance_count <= limit(share, instance_type)
-        return within and makes_room(snap, job, entry, gone)
+        views = [snap] if now is None else [snap, now]
+        for view in views:
+            usage = on_demand_usage(without(view, gone))[share.id, instance_type]
+            if usage + entry.instance_count > limit(share, instance_type):
+                return False
+        return room(gone)
 
     # Reclaim candidates (each only while its share is still over its limit), then in-share ones, until the
     # job fits with its share ending within its own limit.
@@ -105,13 +120,13 @@ def victims_for(snap: Snapshot, job: Job, entry: Entry, placed_in_pass: set[int]
             continue
         taken.append(candidate.id)
         if within_own_limit(set(taken)):
-            return put_back(taken, lambda gone: makes_room(snap, job, entry, gone))
+            return put_back(taken, room)
     # If that never happens: the in-share candidates alone, until it fits within what the share may borrow.
     taken = []
     for candidate in in_share:
         taken.append(candidate.id)
-        if makes_room(snap, job, entry, set(taken)):
-            return put_back(taken, lambda gone: makes_room(snap, job, entry, gone))
+        if room(set(taken)):
+            return put_back(taken, room)
     return None
 
 

@@ -145,17 +145,18 @@ def test_the_whole_sequence_stopping_then_placed_first():
         ],
     )
     first = schedule(snap)
-    # Job 10 reclaims job 1; job 11, which cannot reclaim, waits for the rest of job 1's instances.
+    # Job 10 reclaims job 1 and is nominated for its own victim; job 11, which cannot reclaim, is nobody's
+    # nominee: job 1's instances are on their way to job 10, not to it.
     assert preempted(first) == [1]
-    assert [(n.job_id, n.victim_ids) for n in first.nominations] == [(10, (1,)), (11, (1,))]
+    assert [(n.job_id, n.victim_ids) for n in first.nominations] == [(10, (1,))]
     during = apply_decisions(snap, first)
 
     second = schedule(during)  # job 1 still STOPPING
     assert second.admissions == second.preemptions == second.nominations == []
 
-    # Nominated jobs come first, among themselves in head order (job 11 has the higher priority).
+    # The nominated job comes first (job 11 has the higher priority), then job 11 takes the rest.
     third = schedule(finish_stopping(apply_decisions(during, second)))
-    assert [a.job_id for a in third.admissions] == [11, 10]
+    assert [a.job_id for a in third.admissions] == [10, 11]
     assert third.preemptions == [] and third.lapsed_nominations == []
 
 
@@ -325,10 +326,9 @@ def test_stopping_jobs_count_in_the_sums_and_are_never_victims():
 
     decisions = schedule(snap)
 
-    # Job 1 already leaves: job 10 waits for it, nobody is preempted.
-    assert decisions.preemptions == [] and admitted(decisions) == {}
-    [nomination] = decisions.nominations
-    assert (nomination.job_id, nomination.victim_ids) == (10, (1,))
+    # Job 1 already leaves: job 10 waits for it, RUNNABLE and nominated by nobody; nobody is preempted.
+    assert decisions.preemptions == [] and admitted(decisions) == {} and decisions.nominations == []
+    assert "waits for instances being freed" in reason_of(decisions, 10)
     assert invariant_violations(apply_decisions(snap, decisions)) == []
 
 
