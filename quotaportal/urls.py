@@ -16,6 +16,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("whatif.urls")),
+    path("", include("notifications.urls")),
     path("", include("portal.urls")),
 ]
 
