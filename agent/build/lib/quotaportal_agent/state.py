@@ -1,0 +1,153 @@
+"""The agent's memory across restarts: a small JSON file, rewritten atomically after every change.
+
+It holds the attempts this agent has taken and is running (with their processes), the attempts it has finished
+(so a start offered again is never run twice), and the reports not yet delivered, in order. An attempt is
+written here before its process is spawned: after a crash, an attempt found without a process is reported
+failed, never started again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+FINISHED_REMEMBERED = 1000
+
+
+def attempt_key(job_id: int, attempt: int) -> str:
+    return f"{job_id}:{attempt}"
+
+
+@dataclass
+class RunningJob:
+    """One attempt this agent has taken and not finished."""
+
+    id: int
+    attempt: int
+    name: str
+    instance_type: str
+    instance_count: int
+    slots: list[int]
+    work_dir: str
+    log_path: str
+    exit_file: str
+    stop_grace_seconds: float
+    pid: int | None = None  # None until spawned: found so after a restart, the spawn never happened
+    pid_started: str | None = None  # the process's start time, so a reused pid is not mistaken for it
+    stopping: bool = False
+    stop_reason: str = ""
+    kill_at: float | None = None  # epoch seconds: SIGKILL then
+    killed: bool = False
+    refused: bool = False  # the server refused a report (409): no more heartbeats, only the final report
+    gone: bool = False  # the server forgot the job (404), or a newer attempt replaced it: nothing is reported
+
+    @property
+    def key(self) -> str:
+        return attempt_key(self.id, self.attempt)
+
+
+@dataclass
+class Report:
+    seq: int
+    job_id: int
+    body: dict[str, Any]
+
+
+@dataclass
+class State:
+    path: Path
+    jobs: dict[str, RunningJob] = field(default_factory=dict)
+    finished: deque[str] = field(default_factory=lambda: deque(maxlen=FINISHED_REMEMBERED))
+    outbox: list[Report] = field(default_factory=list)
+    next_seq: int = 1
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        state = cls(path=path)
+        if not path.exists():
+            return state
+        data = json.loads(path.read_text())
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path}: state file format {data.get('format')!r}, expected {FORMAT}")
+        state.jobs = {attempt_key(job["id"], job["attempt"]): RunningJob(**job) for job in data["jobs"]}
+        state.finished.extend(data["finished"])
+        state.outbox = [Report(**report) for report in data["outbox"]]
+        state.next_seq = data["next_seq"]
+        return state
+
+    def save(self) -> None:
+        with self.lock:
+            data = {
+                "format": FORMAT,
+                "jobs": [asdict(job) for job in self.jobs.values()],
+                "finished": list(self.finished),
+                "outbox": [asdict(report) for report in self.outbox],
+                "next_seq": self.next_seq,
+            }
+            partial = self.path.with_name(self.path.name + ".partial")
+            with open(partial, "w") as out:
+                json.dump(data, out, indent=1)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, self.path)
+
+    def has_seen(self, job_id: int, attempt: int) -> bool:
+        key = attempt_key(job_id, attempt)
+        return key in self.jobs or key in self.finished
+
+    def enqueue(self, job_id: int, body: dict[str, Any]) -> None:
+        with self.lock:
+            self.outbox.append(Report(self.next_seq, job_id, body))
+            self.next_seq += 1
+            self.save()
+
+    def head(self) -> Report | None:
+        with self.lock:
+            return self.outbox[0] if self.outbox else None
+
+    def delivered(self, report: Report) -> None:
+        with self.lock:
+            self.outbox = [queued for queued in self.outbox if queued.seq != report.seq]
+            self.save()
+
+    def pending_for(self, job_id: int, attempt: int) -> bool:
+        with self.lock:
+            return any(r.job_id == job_id and r.body["attempt"] == attempt for r in self.outbox)
+
+    def forget_reports(self, job_id: int, attempt: int) -> None:
+        with self.lock:
+            self.outbox = [
+                r for r in self.outbox if not (r.job_id == job_id and r.body["attempt"] == attempt)
+            ]
+            self.save()
+
+
+class StateFileLock:
+    """One agent per state file: two agents sharing one would each run what the other took."""
+
+    def __init__(self, path: Path):
+        self.path = path.with_name(path.name + ".lock")
+        self._file = None
+
+    def acquire(self) -> bool:
+        self._file = open(self.path, "a")  # held for the agent's whole life
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.close()
+            self._file = None
+            return False
+        return True
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
