@@ -112,14 +112,17 @@ def post(*, url: str, body: dict, secret: str, delivery_id: int) -> Outcome:
         return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:ERROR_CHARS])
     if 200 <= response.status_code < 300:
         return Outcome(ok=True, response_code=response.status_code)
-    answer = response.text[:ERROR_CHARS]
-    # 4xx says the request itself is refused (a wrong URL, a revoked hook): except for 408 and 429, asking
-    # again will not change the answer.
-    retry = response.status_code >= 500 or response.status_code in (408, 429) or response.status_code < 400
+    if 300 <= response.status_code < 400:
+        answer = f"a redirect to {response.headers.get('Location', '?')}, not followed: use the final URL"
+    else:
+        answer = response.text
+    # A redirect or a 4xx says the request itself is refused (a wrong URL, a revoked hook): except for 408 and
+    # 429, asking again will not change the answer.
+    retry = response.status_code >= 500 or response.status_code in (408, 429)
     return Outcome(
         ok=False,
         response_code=response.status_code,
-        error=f"HTTP {response.status_code}: {answer}",
+        error=f"HTTP {response.status_code}: {answer}"[:ERROR_CHARS],
         retry=retry,
     )
 

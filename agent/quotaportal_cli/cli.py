@@ -17,6 +17,7 @@ import json
 import shlex
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -171,12 +172,20 @@ def status_lines(job: dict) -> list[str]:
     return lines
 
 
+def moment(text: str) -> str:
+    """An API time (ISO 8601, UTC) as people read it: `2026-12-05 02:27 UTC`."""
+    try:
+        return f"{datetime.fromisoformat(text).astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    except (TypeError, ValueError):
+        return str(text)
+
+
 def estimate_words(estimate: dict) -> str:
     if not estimate.get("earliest"):
         return f"none ({estimate.get('basis', '')})"
-    window = estimate["earliest"]
-    if estimate.get("latest") and estimate["latest"] != estimate["earliest"]:
-        window += f" to {estimate['latest']}"
+    window = moment(estimate["earliest"])
+    if estimate.get("latest") and moment(estimate["latest"]) != window:
+        window += f" to {moment(estimate['latest'])}"
     return f"{window} ({estimate.get('basis', '')})"
 
 

@@ -310,3 +310,35 @@ def test_an_event_that_commits_after_the_cursor_passed_it_is_still_read(world, r
     with mock.patch.object(tasks.send, "delay"):
         assert services.notifications_scan().deliveries == 1
     assert Delivery.objects.get().event_id == late.pk
+
+
+def test_a_redirect_is_not_followed_and_fails_at_once(world, receiver, subscribe):
+    receiver.statuses = [302]
+    subscribe(world.ana, triggers=[Trigger.JOB_FAILED], target=receiver.url)
+    failed_job(world)
+    with mock.patch.object(tasks.send, "delay"):
+        services.notifications_scan()
+    attempt = services.delivery_attempt(delivery_id=Delivery.objects.get().pk)
+    delivery = Delivery.objects.get()
+    assert attempt.status == "FAILED" and delivery.response_code == 302
+    assert "not followed: use the final URL" in delivery.error and len(receiver.received) == 1
+
+
+def test_the_receivers_check_in_the_docs_accepts_a_delivery_and_refuses_a_changed_body(
+    world, receiver, subscribe, sent_at_once, django_capture_on_commit_callbacks
+):
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "notifications.md").read_text()
+    snippet = docs.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(snippet, namespace)  # the documented code, run as a receiver would run it
+    subscription = subscribe(world.ana, triggers=[Trigger.JOB_FAILED], target=receiver.url)
+    failed_job(world)
+    scan(django_capture_on_commit_callbacks)
+    [request] = receiver.received
+    assert namespace["authentic"](subscription.secret, request.headers, request.body)
+    assert not namespace["authentic"](
+        subscription.secret, request.headers, request.body.replace(b"FAILED", b"OK")
+    )
+    assert not namespace["authentic"]("wrong-secret", request.headers, request.body)
