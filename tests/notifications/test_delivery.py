@@ -3,11 +3,13 @@ outbox, retries on a 500, one delivery per subscription and event, and who is to
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from unittest import mock
 
 import pytest
 from django.core import mail
+from django.db import connection
 from django.utils import timezone
 
 from notifications import senders, services, tasks
@@ -342,3 +344,26 @@ def test_the_receivers_check_in_the_docs_accepts_a_delivery_and_refuses_a_change
         subscription.secret, request.headers, request.body.replace(b"FAILED", b"OK")
     )
     assert not namespace["authentic"]("wrong-secret", request.headers, request.body)
+
+
+@pytest.mark.parametrize("events", [10, 200])
+def test_a_scan_reads_in_the_same_few_queries_whatever_the_number_of_events(
+    world, receiver, subscribe, django_assert_max_num_queries, events
+):
+    for name in ("a", "b", "c"):
+        subscribe(
+            world.ana, triggers=[Trigger.JOB_FAILED, Trigger.SHARE_STARVED], target=receiver.url, name=name
+        )
+    subscribe(world.admin, triggers=[Trigger.EXECUTOR_SILENT], target=receiver.url, name="staff")
+    job = job_in(world.nlp, [(P5, 1)], user=world.ana)
+    Event.objects.bulk_create(
+        Event(kind=EventKind.FAILED, job=job, team=world.team_nlp, message=f"failure {n}")
+        for n in range(events)
+    )
+    rows = 3 * events
+    # The deliveries are one INSERT, or on SQLite one per batch of as many rows as its variables allow.
+    fields = [f for f in Delivery._meta.concrete_fields if not f.primary_key]
+    inserts = math.ceil(rows / connection.ops.bulk_batch_size(fields, [None] * rows))
+    with mock.patch.object(tasks.send, "delay"), django_assert_max_num_queries(15 + inserts):
+        result = services.notifications_scan()
+    assert result.deliveries == rows
