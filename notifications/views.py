@@ -3,10 +3,7 @@ one's delivery log."""
 
 from __future__ import annotations
 
-from functools import wraps
-
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -16,21 +13,7 @@ from notifications import selectors, services
 from notifications.forms import SubscriptionForm
 from notifications.models import Channel
 from notifications.senders import SIGNATURE_HEADER, TIMESTAMP_HEADER
-from scheduling.errors import NotFound
-
-
-def page(view):
-    """Signed in; a subscription that is not the user's is not found."""
-
-    @wraps(view)
-    @login_required
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        try:
-            return view(request, *args, **kwargs)
-        except NotFound as exc:
-            raise Http404(exc.message) from None
-
-    return wrapper
+from portal.views.common import page
 
 
 @page

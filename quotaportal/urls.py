@@ -13,6 +13,7 @@ urlpatterns = [
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
     path("api/v1/", include("api.urls")),
+    path("api/v1/", include("notifications.api_urls")),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("whatif.urls")),
