@@ -21,6 +21,7 @@ class SubscriptionForm(forms.Form):
         label="Tell me when",
         choices=Trigger.choices,
         widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Choose at least one thing to be told about."},
         initial=[Trigger.JOB_FAILED, Trigger.JOB_EXECUTOR_LOST],
     )
     team = forms.ChoiceField(

@@ -79,6 +79,10 @@ class Subscription(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.channel} to {self.target})"
 
+    @property
+    def trigger_labels(self) -> list[str]:
+        return [Trigger(code).label if code in Trigger.values else code for code in self.triggers]
+
 
 class DeliveryStatus(models.TextChoices):
     PENDING = "PENDING", "PENDING"
