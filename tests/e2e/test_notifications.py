@@ -1,6 +1,6 @@
 """The Notifications page in a browser, at a laptop's width and a phone's: a member adds a webhook (an invalid
-URL, then no trigger, first: each refused on its field), sends a test that reaches a receiver on 127.0.0.1, reads the log, and
-removes the subscription; nothing wider than the window."""
+URL, then no trigger, first: each refused on its field), sends a test that reaches a receiver on 127.0.0.1,
+reads the log, and removes the subscription; nothing wider than the window."""
 
 from __future__ import annotations
 
