@@ -3,7 +3,7 @@
     qp login --url https://quota.example.com          # asks for the token, writes the config file (0600)
     qp submit --queue training --share nlp --name llm --prefer ml.p5.48xlarge:4 --prefer ml.p4d.24xlarge:4 \\
         --command "python train.py --epochs 3"
-    qp status 42 | qp why 42 | qp wait 42 --timeout 3600 | qp logs 42 | qp cancel 42
+    qp jobs --status RUNNABLE | qp status 42 | qp why 42 | qp wait 42 --timeout 3600 | qp logs 42 | qp cancel 42
 
 Every command takes --json (the API's JSON, for scripts). Exit codes: 0 done; 1 an error (its message names
 the field the portal refused); 2 a bad argument; `wait`: 3 the job FAILED, 4 it was CANCELLED, 124 time ran out.
@@ -297,6 +297,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    filters = {"status": args.status, "job_queue": args.queue, "quota_share": args.share, "team": args.team}
+    jobs = client_for(args).jobs(filters=filters, limit=args.limit)
+    lines = [
+        f"{job['id']:>8}  {job['status']:<10} {job['name']:<32} {job['job_queue']}/{job['quota_share']}"
+        f"  {job['created_at'][:16].replace('T', ' ')}"
+        for job in jobs
+    ]
+    emit(args, jobs, lines or ["no jobs"])
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     job = client_for(args).cancel(args.job, args.reason or "")
     still = " (it stops gracefully first)" if job["status"] == "STOPPING" else ""
@@ -401,6 +413,14 @@ def parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, parents=[common], help=text)
         command.add_argument("job", type=job_id)
         command.set_defaults(run=run)
+
+    jobs = commands.add_parser("jobs", parents=[common], help="your teams' jobs, newest first")
+    jobs.add_argument("--status", help="RUNNABLE, SCHEDULED, STARTING, RUNNING, STOPPING, SUCCEEDED, ...")
+    jobs.add_argument("--queue", help="job queue name")
+    jobs.add_argument("--share", help="quota share name")
+    jobs.add_argument("--team", help="team slug")
+    jobs.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    jobs.set_defaults(run=cmd_jobs)
 
     logs = commands.add_parser("logs", parents=[common], help="the output tail of a job's latest attempt")
     logs.add_argument("job", type=job_id)

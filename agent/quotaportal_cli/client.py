@@ -75,6 +75,16 @@ class Client:
     def job(self, job_id: int) -> dict:
         return self.request("GET", f"/jobs/{job_id}/")
 
+    def jobs(self, *, filters: dict, limit: int) -> list[dict]:
+        """Newest first, following the list's `next` links until `limit` jobs."""
+        found: list[dict] = []
+        body = self.request("GET", "/jobs/", params={k: v for k, v in filters.items() if v})
+        while True:
+            found += body.get("results", [])
+            if len(found) >= limit or not body.get("next"):
+                return found[:limit]
+            body = self.request("GET", body["next"].split("/api/v1", 1)[1])
+
     def submit(self, document: dict) -> dict:
         return self.request("POST", "/jobs/", json=document)
 

@@ -267,3 +267,27 @@ def test_a_token_of_another_user_sees_only_their_jobs(qp, world):
     job = job_in(world.nlp, [(P5, 1)], user=world.ana)
     chen = Token.objects.create(user=world.chen).key
     assert qp("status", str(job.pk), QUOTAPORTAL_TOKEN=chen).returncode == 1
+
+
+def test_jobs_lists_the_teams_jobs_newest_first_with_filters(qp, world):
+    first = job_in(world.nlp, [(P5, 1)], user=world.ana, name="first")
+    second = job_in(world.nlp, [(P5, 1)], user=world.ben, name="second")
+    job_in(world.vision, [(P4, 1)], user=world.chen, name="vision-secret")
+    Job.objects.filter(pk=first.pk).update(status=JobStatus.CANCELLED)
+    result = qp("jobs")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[:3] for line in lines] == [
+        [str(second.pk), "RUNNABLE", "second"],
+        [str(first.pk), "CANCELLED", "first"],
+    ]
+    assert "training/nlp" in lines[0] and "vision-secret" not in result.stdout
+    assert [j["name"] for j in json.loads(qp("jobs", "--status", "RUNNABLE", "--json").stdout)] == ["second"]
+    assert qp("jobs", "--limit", "1").stdout.count("\n") == 1
+
+
+def test_jobs_follows_the_lists_pages(qp, world):
+    for n in range(55):  # more than a page of the API (50)
+        job_in(world.nlp, [(P5, 1)], user=world.ana, name=f"j{n}")
+    body = json.loads(qp("jobs", "--limit", "60", "--json").stdout)
+    assert len(body) == 55 and len({job["id"] for job in body}) == 55
