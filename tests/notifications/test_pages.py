@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from notifications import tasks
 from notifications.models import Delivery, Subscription, Trigger
+from tests.factories import UserFactory
 
 
 @pytest.fixture
@@ -120,3 +121,17 @@ def test_the_page_reads_in_a_few_queries(world, signed_in, django_assert_max_num
         assert client.get(reverse("notifications")).status_code == 200
     with django_assert_max_num_queries(8):
         client.get(reverse("notification_subscription", args=[Subscription.objects.first().pk]))
+
+
+def test_staff_read_subscriptions_and_deliveries_in_the_admin_without_the_secret(world, signed_in):
+    signed_in(world.ana).post(reverse("notifications"), form())
+    subscription = Subscription.objects.get()
+    admin = signed_in(UserFactory(username="root", is_staff=True, is_superuser=True))
+    for name in ("subscription", "delivery"):
+        assert admin.get(reverse(f"admin:notifications_{name}_changelist")).status_code == 200
+    page = admin.get(reverse("admin:notifications_subscription_change", args=[subscription.pk]))
+    assert page.status_code == 200 and subscription.secret not in page.content.decode()
+    assert (
+        admin.post(reverse("admin:notifications_subscription_delete", args=[subscription.pk])).status_code
+        == 403
+    )
