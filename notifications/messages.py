@@ -37,15 +37,17 @@ def _minutes(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
 
 
-def _document(
-    *, subscription: Subscription, trigger: str, subject: str, text: str, url: str, **parts
-) -> dict:
+def addressed(document: dict, subscription: Subscription) -> dict:
+    """The document as one subscription receives it: the same for every subscriber but this part."""
+    return {**document, "subscription": {"id": subscription.pk, "name": subscription.name}}
+
+
+def _document(*, trigger: str, subject: str, text: str, url: str, **parts) -> dict:
     return {
         "trigger": trigger,
         "subject": subject,
         "text": text,
         "url": url,
-        "subscription": {"id": subscription.pk, "name": subscription.name},
         "event": None,
         "job": None,
         "quota_share": None,
@@ -54,7 +56,7 @@ def _document(
     }
 
 
-def for_event(*, subscription: Subscription, trigger: str, event: dict) -> dict:
+def for_event(*, trigger: str, event: dict) -> dict:
     """A job's failure, preemption, timeout or lost executor; or a share's budget warning."""
     about = {"id": event["id"], "kind": event["kind"], "message": event["message"]}
     about["created_at"] = _when(event["created_at"])
@@ -74,7 +76,6 @@ def for_event(*, subscription: Subscription, trigger: str, event: dict) -> dict:
         where = f"queue {job['job_queue']}, share {job['quota_share']}, team {job['team']}"
         text = f"{event['message']}\n{where}; now {job['status']}"
         return _document(
-            subscription=subscription,
             trigger=trigger,
             subject=subject,
             text=text,
@@ -93,7 +94,6 @@ def for_event(*, subscription: Subscription, trigger: str, event: dict) -> dict:
         "team": event["team__slug"],
     }
     return _document(
-        subscription=subscription,
         trigger=trigger,
         subject=subject,
         text=event["message"],
@@ -103,7 +103,7 @@ def for_event(*, subscription: Subscription, trigger: str, event: dict) -> dict:
     )
 
 
-def for_starvation(*, subscription: Subscription, starvation: Starvation, now: datetime) -> dict:
+def for_starvation(*, starvation: Starvation, now: datetime) -> dict:
     waited = _minutes((now - starvation.since).total_seconds())
     subject = f"{PREFIX} share {starvation.share_name} starved for {waited}"
     placed = (
@@ -126,7 +126,6 @@ def for_starvation(*, subscription: Subscription, starvation: Starvation, now: d
         "starved_since": _when(starvation.since),
     }
     return _document(
-        subscription=subscription,
         trigger=Trigger.SHARE_STARVED,
         subject=subject,
         text=text,
@@ -135,7 +134,7 @@ def for_starvation(*, subscription: Subscription, starvation: Starvation, now: d
     )
 
 
-def for_silence(*, subscription: Subscription, silence: Silence, now: datetime) -> dict:
+def for_silence(*, silence: Silence, now: datetime) -> dict:
     quiet = _minutes((now - silence.last_seen_at).total_seconds())
     subject = f"{PREFIX} executor {silence.name} silent for {quiet}"
     text = (
@@ -151,7 +150,6 @@ def for_silence(*, subscription: Subscription, silence: Silence, now: datetime) 
         "last_seen_at": _when(silence.last_seen_at),
     }
     return _document(
-        subscription=subscription,
         trigger=Trigger.EXECUTOR_SILENT,
         subject=subject,
         text=text,
@@ -161,13 +159,13 @@ def for_silence(*, subscription: Subscription, silence: Silence, now: datetime) 
 
 
 def for_test(*, subscription: Subscription, now: datetime) -> dict:
-    return _document(
-        subscription=subscription,
+    document = _document(
         trigger="TEST",
         subject=f"{PREFIX} test notification for {subscription.name}",
         text=f"A test sent at {now:%Y-%m-%d %H:%M:%S} UTC: this subscription reaches you.",
         url=_link(reverse("notifications")),
     )
+    return addressed(document, subscription)
 
 
 def slack_body(document: dict) -> dict:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -225,10 +227,17 @@ def notifications_scan(*, now=None) -> ScanResult:
             up_to_id=cursor.last_event_id, since=now - timedelta(seconds=LATE_COMMIT_SECONDS), limit=batch
         )
         new = events_after(after_id=cursor.last_event_id, limit=batch)
-        wanted: list[tuple[Listener, str, str, dict, int | None]] = []
+        wanted: list[Wanted] = []
+        bodies: dict[tuple[int, str], dict] = {}  # one document per event and trigger, whoever receives it
         for listener, trigger, event in _event_matches(listening, late + new):
-            document = messages.for_event(subscription=listener.subscription, trigger=trigger, event=event)
-            wanted.append((listener, trigger, f"event:{event['id']}", document, event["id"]))
+
+            def document(trigger=trigger, event=event) -> dict:
+                key = (event["id"], trigger)
+                if key not in bodies:
+                    bodies[key] = messages.for_event(trigger=trigger, event=event)
+                return bodies[key]
+
+            wanted.append(Wanted(listener, trigger, f"event:{event['id']}", document, event["id"]))
         wanted += _condition_matches(listening, now=now)
         created = _deliveries_make(wanted, now=now)
         _cursor_advance(cursor, new, now=now)
@@ -238,7 +247,19 @@ def notifications_scan(*, now=None) -> ScanResult:
     )
 
 
-def _condition_matches(listening: list[Listener], *, now) -> list[tuple[Listener, str, str, dict, None]]:
+@dataclass(frozen=True)
+class Wanted:
+    """A delivery the scan would make, unless the subscription has one about `key` already; its document is
+    built only then."""
+
+    listener: Listener
+    trigger: str
+    key: str
+    document: Callable[[], dict]
+    event_id: int | None = None
+
+
+def _condition_matches(listening: list[Listener], *, now) -> list[Wanted]:
     wanted = []
     wait = shortest_wait(listening, Trigger.SHARE_STARVED)
     if wait is not None:
@@ -252,10 +273,8 @@ def _condition_matches(listening: list[Listener], *, now) -> list[tuple[Listener
                     and now - starvation.since > timedelta(minutes=listener.subscription.after_minutes)
                     and listener.may_know_team(starvation.team_id)
                 ):
-                    document = messages.for_starvation(
-                        subscription=listener.subscription, starvation=starvation, now=now
-                    )
-                    wanted.append((listener, Trigger.SHARE_STARVED, key, document, None))
+                    document = partial(messages.for_starvation, starvation=starvation, now=now)
+                    wanted.append(Wanted(listener, Trigger.SHARE_STARVED, key, document))
     wait = shortest_wait([lst for lst in listening if lst.viewer.is_staff], Trigger.EXECUTOR_SILENT)
     if wait is not None:
         for silence in silent_executors(now=now, longer_than=wait):
@@ -266,36 +285,36 @@ def _condition_matches(listening: list[Listener], *, now) -> list[tuple[Listener
                     and listener.viewer.is_staff
                     and now - silence.last_seen_at > timedelta(minutes=listener.subscription.after_minutes)
                 ):
-                    document = messages.for_silence(
-                        subscription=listener.subscription, silence=silence, now=now
-                    )
-                    wanted.append((listener, Trigger.EXECUTOR_SILENT, key, document, None))
+                    document = partial(messages.for_silence, silence=silence, now=now)
+                    wanted.append(Wanted(listener, Trigger.EXECUTOR_SILENT, key, document))
     return wanted
 
 
-def _deliveries_make(wanted, *, now) -> list[int]:
+def _deliveries_make(wanted: list[Wanted], *, now) -> list[int]:
     """The deliveries not made yet (one per subscription and key), inserted at once; their ids."""
     if not wanted:
         return []
-    keys = {key for _, _, key, _, _ in wanted}
-    subscription_ids = {listener.subscription.pk for listener, *_ in wanted}
+    keys = {w.key for w in wanted}
+    subscription_ids = {w.listener.subscription.pk for w in wanted}
     existing = set(
         Delivery.objects.filter(subscription_id__in=subscription_ids, dedupe_key__in=keys).values_list(
             "subscription_id", "dedupe_key"
         )
     )
     rows, seen = [], set()
-    for listener, trigger, key, document, event_id in wanted:
-        pair = (listener.subscription.pk, key)
+    for w in wanted:
+        subscription = w.listener.subscription
+        pair = (subscription.pk, w.key)
         if pair in existing or pair in seen:
             continue
         seen.add(pair)
+        document = messages.addressed(w.document(), subscription)
         rows.append(
             Delivery(
-                subscription=listener.subscription,
-                event_id=event_id,
-                trigger=trigger,
-                dedupe_key=key,
+                subscription=subscription,
+                event_id=w.event_id,
+                trigger=w.trigger,
+                dedupe_key=w.key,
                 subject=document["subject"][:500],
                 payload=document,
                 created_at=now,

@@ -8,7 +8,14 @@ from django.db import OperationalError
 from notifications import services
 
 
-@shared_task(acks_late=True, ignore_result=True, autoretry_for=(OperationalError,), max_retries=3)
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    max_retries=3,
+    soft_time_limit=120,
+    time_limit=180,
+)
 def scan() -> int:
     """New events, starved shares and silent executors -> deliveries (each sent by `send`)."""
     return services.notifications_scan().deliveries
