@@ -229,7 +229,15 @@ def notifications_scan(*, now=None) -> ScanResult:
         new = events_after(after_id=cursor.last_event_id, limit=batch)
         wanted: list[Wanted] = []
         bodies: dict[tuple[int, str], dict] = {}  # one document per event and trigger, whoever receives it
-        for listener, trigger, event in _event_matches(listening, late + new):
+        matches = _event_matches(listening, new)
+        cap = settings.NOTIFY_SCAN_MAX_DELIVERIES
+        if len(matches) > cap:
+            # A storm: this scan takes the events up to the one that reaches the cap (that one whole), and the
+            # next scan goes on from there, so no scan outgrows its time limit and is never done.
+            last = matches[cap - 1][2]["id"]
+            matches = [m for m in matches if m[2]["id"] <= last]
+            new = [e for e in new if e["id"] <= last]
+        for listener, trigger, event in _event_matches(listening, late) + matches:
 
             def document(trigger=trigger, event=event) -> dict:
                 key = (event["id"], trigger)

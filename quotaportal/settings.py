@@ -250,6 +250,8 @@ METRICS_TOKEN = envstr("METRICS_TOKEN", "")
 NOTIFY_SCAN_SECONDS = envint("NOTIFY_SCAN_SECONDS", 15, minimum=1, maximum=3600)
 # At most this many events are read per scan (the next scan goes on from where it stopped).
 NOTIFY_SCAN_BATCH = envint("NOTIFY_SCAN_BATCH", 1000, minimum=1, maximum=100_000)
+# ... and it stops at the event that makes this many deliveries (a storm is read over several scans).
+NOTIFY_SCAN_MAX_DELIVERIES = envint("NOTIFY_SCAN_MAX_DELIVERIES", 20_000, minimum=1, maximum=1_000_000)
 # A delivery is tried this many times in all (waits 30 s, 2, 8, 32 min... between tries) before it is FAILED.
 NOTIFY_MAX_ATTEMPTS = envint("NOTIFY_MAX_ATTEMPTS", 5, minimum=1, maximum=20)
 NOTIFY_TIMEOUT_SECONDS = envint("NOTIFY_TIMEOUT_SECONDS", 10, minimum=1, maximum=120)

@@ -367,3 +367,17 @@ def test_a_scan_reads_in_the_same_few_queries_whatever_the_number_of_events(
     with mock.patch.object(tasks.send, "delay"), django_assert_max_num_queries(15 + inserts):
         result = services.notifications_scan()
     assert result.deliveries == rows
+
+
+def test_a_storm_is_read_over_several_scans_each_event_whole(world, receiver, subscribe, settings):
+    settings.NOTIFY_SCAN_MAX_DELIVERIES = 5
+    for name in ("a", "b", "c"):
+        subscribe(world.ana, triggers=[Trigger.JOB_FAILED], target=receiver.url, name=name)
+    job = job_in(world.nlp, [(P5, 1)], user=world.ana)
+    events = [record(job, EventKind.FAILED, f"failure {n}") for n in range(4)]
+    with mock.patch.object(tasks.send, "delay"):
+        first = services.notifications_scan()
+        assert (first.deliveries, first.cursor) == (6, events[1].pk)  # the cap falls in event 1: all of it
+        second = services.notifications_scan()
+        assert (second.deliveries, second.cursor) == (6, events[3].pk)
+    assert Delivery.objects.count() == 12
