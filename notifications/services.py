@@ -388,7 +388,9 @@ def delivery_attempt(*, delivery_id: int) -> Attempt | None:
     ).update(status=DeliveryStatus.SENDING, attempts=F("attempts") + 1, last_attempt_at=now)
     if not claimed:
         return None
-    delivery = Delivery.objects.select_related("subscription").get(pk=delivery_id)
+    delivery = Delivery.objects.select_related("subscription").filter(pk=delivery_id).first()
+    if delivery is None:  # its subscription was removed a moment ago, with its log
+        return None
     subscription = delivery.subscription
     document = delivery.payload
     if subscription.channel == Channel.EMAIL:

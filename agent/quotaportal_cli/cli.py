@@ -321,7 +321,18 @@ def cmd_wait(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout else None
     last_status = None
     while True:
-        job = client.job(args.job)
+        try:
+            job = client.job(args.job)
+        except ApiError as exc:
+            # The portal restarting, or a moment of network trouble: keep waiting until the timeout. A refusal
+            # (the job is not found, the token was revoked) ends the wait at once.
+            if exc.status is not None and exc.status < 500 and exc.status != 429:
+                raise
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            print(f"qp wait: {str(exc).splitlines()[0]}; trying again", file=sys.stderr)
+            time.sleep(args.interval)
+            continue
         if job["status"] != last_status and not args.json and not args.quiet:
             print(
                 f"{time.strftime('%H:%M:%S')} job {job['id']} {job['status']}: {job.get('status_reason', '')}"

@@ -291,3 +291,10 @@ def test_jobs_follows_the_lists_pages(qp, world):
         job_in(world.nlp, [(P5, 1)], user=world.ana, name=f"j{n}")
     body = json.loads(qp("jobs", "--limit", "60", "--json").stdout)
     assert len(body) == 55 and len({job["id"] for job in body}) == 55
+
+
+def test_wait_keeps_waiting_through_a_portal_that_does_not_answer_until_its_timeout(qp, world):
+    result = qp("wait", "1", "--timeout", "1", "--interval", "0.2", QUOTAPORTAL_URL="http://127.0.0.1:9")
+    assert result.returncode == 1
+    assert "no server answers there (check --url); trying again" in result.stderr
+    assert result.stderr.count("trying again") >= 2
