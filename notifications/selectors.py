@@ -146,12 +146,14 @@ def events_after(*, after_id: int, limit: int) -> list[dict]:
 
 def events_late(*, up_to_id: int, since: datetime, limit: int) -> list[dict]:
     """Events that may notify with ids up to `up_to_id` written since `since`: those that committed after
-    the cursor passed their id. 1 query."""
-    return list(
+    the cursor passed their id. The newest `limit` of them (a late commit's id lies just below ids read
+    already), oldest first. 1 query."""
+    rows = list(
         Event.objects.filter(kind__in=EVENT_KINDS, id__lte=up_to_id, created_at__gte=since)
-        .order_by("id")
+        .order_by("-id")
         .values(*EVENT_FIELDS)[:limit]
     )
+    return rows[::-1]
 
 
 @dataclass(frozen=True)
