@@ -11,9 +11,9 @@ from django.views.decorators.http import require_POST
 
 from notifications import selectors, services
 from notifications.forms import SubscriptionForm
-from notifications.models import Channel
+from notifications.models import Channel, DeliveryStatus
 from notifications.senders import SIGNATURE_HEADER, TIMESTAMP_HEADER
-from portal.views.common import page
+from portal.views.common import htmx_target, page, refresh_seconds
 
 
 @page
@@ -37,18 +37,27 @@ def notifications(request: HttpRequest) -> HttpResponse:
     return render(request, "notifications/notifications.html", context, status=status)
 
 
+# A log holding one of these is refreshed in place until its deliveries are SENT or FAILED.
+WAITING = (DeliveryStatus.PENDING, DeliveryStatus.SENDING, DeliveryStatus.RETRYING)
+
+
 @page
 def subscription(request: HttpRequest, subscription_id: int) -> HttpResponse:
     found = selectors.subscription_of(user=request.user, subscription_id=subscription_id)
     if found is None:
         raise Http404("no such subscription of yours")
+    deliveries = selectors.delivery_log(subscription=found)
     context = {
         "subscription": found,
-        "deliveries": selectors.delivery_log(subscription=found),
+        "deliveries": deliveries,
+        "waiting": any(d.status in WAITING for d in deliveries),
+        "refresh_seconds": refresh_seconds(),
         "signed": found.channel != Channel.EMAIL,
         "signature_header": SIGNATURE_HEADER,
         "timestamp_header": TIMESTAMP_HEADER,
     }
+    if htmx_target(request, ("delivery-log",)):
+        return render(request, "notifications/subscription.html#delivery-log", context)
     return render(request, "notifications/subscription.html", context)
 
 

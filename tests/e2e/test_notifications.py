@@ -1,6 +1,6 @@
 """The Notifications page in a browser, at a laptop's width and a phone's: a member adds a webhook (an invalid
-URL, then no trigger, first: each refused on its field), sends a test that reaches a receiver on 127.0.0.1,
-reads the log, and removes the subscription; nothing wider than the window."""
+URL, then no trigger, first: each refused on its field), sends a test that reaches a receiver on 127.0.0.1
+(the log shows it sent without a reload), and removes the subscription; nothing wider than the window."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from notifications import tasks
 from notifications.models import Subscription
+from tests.e2e.conftest import page_loads
 from tests.e2e.test_narrow import DESKTOP, PHONE, fits
 from tests.notifications.receiver import http_receiver
 from tests.pages.conftest import build_world
@@ -33,8 +34,8 @@ def test_a_member_subscribes_tests_and_removes_a_webhook(
 ):
     settings.NOTIFY_ALLOW_PRIVATE_WEBHOOKS = True
     build_world()
-    # What a worker does with the test once it is enqueued, here in the server's thread.
-    monkeypatch.setattr(tasks.send, "delay", lambda pk: tasks.send.apply(args=(pk,)))
+    enqueued: list[int] = []
+    monkeypatch.setattr(tasks.send, "delay", enqueued.append)
     page = sign_in("ana", viewport=viewport)
     page.get_by_role("navigation").get_by_role("link", name="Notifications").click()
     expect(page.get_by_role("heading", name="Notifications", level=1)).to_be_visible()
@@ -64,8 +65,14 @@ def test_a_member_subscribes_tests_and_removes_a_webhook(
     fits(page)
 
     page.get_by_role("button", name="Send a test").click()
-    expect(page.get_by_role("table", name="Delivery log")).to_contain_text("test notification for pager")
-    expect(page.get_by_role("table", name="Delivery log")).to_contain_text("SENT")
+    log = page.get_by_role("table", name="Delivery log")
+    expect(log).to_contain_text("test notification for pager")
+    expect(log).to_contain_text("PENDING")
+    loads = page_loads(page)
+    [delivery] = enqueued
+    tasks.send.apply(args=(delivery,))  # a worker takes it: the log shows it without a reload
+    expect(log).to_contain_text("SENT")
+    assert loads == []
     assert receiver.received[0].json()["trigger"] == "TEST"
     fits(page)
 

@@ -135,3 +135,20 @@ def test_staff_read_subscriptions_and_deliveries_in_the_admin_without_the_secret
         admin.post(reverse("admin:notifications_subscription_delete", args=[subscription.pk])).status_code
         == 403
     )
+
+
+def test_the_log_refreshes_itself_while_a_delivery_waits_and_stops_once_it_is_sent(world, signed_in):
+    client = signed_in(world.ana)
+    client.post(reverse("notifications"), form())
+    subscription = Subscription.objects.get()
+    url = reverse("notification_subscription", args=[subscription.pk])
+    with mock.patch.object(tasks.send, "delay"):
+        client.post(reverse("notification_test", args=[subscription.pk]))
+    page = client.get(url).content.decode()
+    assert 'id="delivery-log"' in page and f'hx-get="{url}"' in page
+    fragment = client.get(url, headers={"HX-Request": "true", "HX-Target": "delivery-log"}).content.decode()
+    assert fragment.lstrip().startswith('<div id="delivery-log"') and "PENDING" in fragment
+    assert "<html" not in fragment
+    Delivery.objects.update(status="SENT")
+    fragment = client.get(url, headers={"HX-Request": "true", "HX-Target": "delivery-log"}).content.decode()
+    assert "SENT" in fragment and "hx-get" not in fragment
