@@ -1,5 +1,0 @@
-import sys
-
-from quotaportal_agent.cli import main
-
-sys.exit(main())

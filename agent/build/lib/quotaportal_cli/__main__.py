@@ -1,5 +1,0 @@
-import sys
-
-from quotaportal_cli.cli import main
-
-sys.exit(main())
