@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "api",
     "awsapi",
     "ops",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -245,6 +246,36 @@ WHATIF_TIME_LIMIT_SECONDS = envint("WHATIF_TIME_LIMIT_SECONDS", 900, minimum=10,
 # When set, /metrics answers only requests with `Authorization: Bearer <METRICS_TOKEN>`.
 METRICS_TOKEN = envstr("METRICS_TOKEN", "")
 
+# --- notifications ---------------------------------------------------------------------------------------
+# The beat reads new events, starved shares and silent executors this often and enqueues deliveries.
+NOTIFY_SCAN_SECONDS = envint("NOTIFY_SCAN_SECONDS", 15, minimum=1, maximum=3600)
+# At most this many events are read per scan (the next scan goes on from where it stopped).
+NOTIFY_SCAN_BATCH = envint("NOTIFY_SCAN_BATCH", 1000, minimum=1, maximum=100_000)
+# ... and it stops at the event that makes this many deliveries (a storm is read over several scans).
+NOTIFY_SCAN_MAX_DELIVERIES = envint("NOTIFY_SCAN_MAX_DELIVERIES", 20_000, minimum=1, maximum=1_000_000)
+# A delivery is tried this many times in all (waits 30 s, 2, 8, 32 min... between tries) before it is FAILED.
+NOTIFY_MAX_ATTEMPTS = envint("NOTIFY_MAX_ATTEMPTS", 5, minimum=1, maximum=20)
+NOTIFY_TIMEOUT_SECONDS = envint("NOTIFY_TIMEOUT_SECONDS", 10, minimum=1, maximum=120)
+# Webhooks to loopback, private and link-local addresses are refused unless this is on (a webhook is a request
+# the server makes for a user: by default it may not reach what only the server can reach).
+NOTIFY_ALLOW_PRIVATE_WEBHOOKS = envbool("NOTIFY_ALLOW_PRIVATE_WEBHOOKS", False)
+# An executor last seen longer ago than this is taken as retired, no longer as silent.
+NOTIFY_EXECUTOR_RETIRED_HOURS = envint("NOTIFY_EXECUTOR_RETIRED_HOURS", 24, minimum=1, maximum=24 * 365)
+# Delivery logs are kept this many days.
+NOTIFY_LOG_DAYS = envint("NOTIFY_LOG_DAYS", 30, minimum=1, maximum=_A_CENTURY_IN_DAYS)
+# Links in notifications start with this (the portal's address as its users reach it).
+PORTAL_URL = envurl("PORTAL_URL", "http://127.0.0.1:8000", schemes=("http", "https")).rstrip("/")
+# Email through Django's mail settings (console: written to the worker's log).
+EMAIL_BACKEND = envstr("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10, minimum=1, maximum=120)
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "quotaportal@localhost")
+
 # --- cache: throttle counters shared by every web process --------------------------------------------------
 # CACHE_URL: redis://host:6379/N, file:///absolute/dir or locmem:// (one process only). Unset: the broker's
 # Redis when CELERY_BROKER_URL is Redis, else files under var/cache (shared by the processes of one machine).
@@ -412,6 +443,8 @@ CELERY_BEAT_SCHEDULE = {
     "simulated-executor": {"task": "scheduling.tasks.simulated_executor_tick", "schedule": 2.0},
     "prune-history": {"task": "scheduling.tasks.prune_history", "schedule": 3600.0},
     "prune-events": {"task": "scheduling.tasks.prune_events", "schedule": 3600.0},
+    "notifications-scan": {"task": "notifications.tasks.scan", "schedule": float(NOTIFY_SCAN_SECONDS)},
+    "notifications-prune": {"task": "notifications.tasks.prune", "schedule": 3600.0},
 }
 
 # --- pages ----------------------------------------------------------------------------------------------

@@ -20,9 +20,11 @@ urlpatterns = [
     path("api/v1/", include("api.urls")),
     path("aws/batch/", include("awsapi.urls")),
     path("profile/access-keys/", aws_pages.access_keys, name="access-keys"),
+    path("api/v1/", include("notifications.api_urls")),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("whatif.urls")),
+    path("", include("notifications.urls")),
     path("", include("portal.urls")),
 ]
 
