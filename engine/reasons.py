@@ -26,6 +26,10 @@ from .preemption import (
 )
 from .types import Entry, Job, Preemption, PreemptionKind, Strategy
 
+PREEMPTION_NEXT_PASS = "preemption can make room from the next pass"
+WAITS_FOR_FREEING = "waits for instances being freed"
+NO_PREEMPTION_WHILE_FREEING = "no preemption while an earlier entry waits for instances being freed"
+
 
 def queue_disabled_reason() -> str:
     return "job queue is disabled: no job is placed until it is enabled"
@@ -78,6 +82,7 @@ class PendingReasons:
         priority = job.priority if self.state.shares[job.share_id].in_share_preemption else None
         known = self._entries
         reasons = []
+        waiting_for_freeing = False
         for entry in job.entries:
             # The team too: a text names its own team's jobs (a share's jobs are all of one team but for a
             # share moved to another team while its jobs ran).
@@ -92,6 +97,11 @@ class PendingReasons:
             reason = known.get(key)
             if reason is None:
                 reason = known[key] = self.why_entry_does_not_fit(job, entry)
+            if waiting_for_freeing and entry.training_plan is None:
+                # SPEC 3.4: no preemption for an entry after one that waits for instances being freed.
+                reason = reason.replace(PREEMPTION_NEXT_PASS, NO_PREEMPTION_WHILE_FREEING)
+            elif entry.training_plan is None and WAITS_FOR_FREEING in reason:
+                waiting_for_freeing = True
             reasons.append(reason)
         return "; ".join(reasons)
 
@@ -175,7 +185,7 @@ class PendingReasons:
         state = self.state
         if preemption_may_make_room(state, job, entry) and select_victims(state, job, entry) is not None:
             # Borrowed after this job's turn: what a pass places is not preempted before the next pass.
-            return "preemption can make room from the next pass"
+            return PREEMPTION_NEXT_PASS
         waiting = self.protections_waited_for(job, entry)
         if waiting:
             return "waits for protection from early preemption to end: " + waiting
@@ -248,10 +258,7 @@ def freeing_reason(state: WorkingState, ledger: TypeLedger, reader: Job) -> str:
     freeing = state.freeing_jobs(ledger.instance_type)
     instances = sum(job.placement.instance_count for job in freeing)
     jobs = ", ".join(job_label(job, reader) for job in freeing)
-    return (
-        f"waits for instances being freed ({instances} held by stopping {jobs}), preempting nobody for room "
-        f"already on its way"
-    )
+    return f"{WAITS_FOR_FREEING} ({instances} held by stopping {jobs}), preempting nobody for room already on its way"
 
 
 def earmarked_reason(state: WorkingState, ledger: TypeLedger, reader: Job) -> str:

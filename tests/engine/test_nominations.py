@@ -89,7 +89,11 @@ def test_a_job_waiting_for_instances_being_freed_preempts_for_no_later_entry_eit
     decisions = schedule(snap)
 
     assert decisions.preemptions == [] and decisions.nominations == [] and admitted(decisions) == {}
-    assert reason_of(decisions, 3).startswith(f"{P5} x2: waits for instances being freed")
+    reason = reason_of(decisions, 3)
+    assert reason.startswith(f"{P5} x2: waits for instances being freed")
+    second = reason.split("; ")[1]
+    assert second.startswith(f"{P4} x4: environment full 4/4")
+    assert second.endswith("no preemption while an earlier entry waits for instances being freed")
 
 
 def test_the_instances_of_a_cancelled_job_earmark_nothing_for_a_later_head():
