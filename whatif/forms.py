@@ -42,7 +42,7 @@ class WhatIfForm(forms.Form):
 
     Each share has `s<id>-strategy`, `s<id>-borrow_limit`, `s<id>-in_share_preemption`,
     `s<id>-fair_share_weight` (blank: as it is) and per instance type of the environment one
-    `s<id>-limit_<type id>` (blank: no limit for that type) and one `s<id>-lending_<type id>` (blank: lends
+    `s<id>-limit_<type id>` (blank: 0, none of that type) and one `s<id>-lending_<type id>` (blank: lends
     all of it). The queue's `idle_capacity_assignment` and `preemption_min_runtime_seconds` are blank: as
     they are.
     """
