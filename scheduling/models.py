@@ -189,8 +189,9 @@ class EnvironmentCapacity(models.Model):
 
 
 class IdleCapacityAssignment(models.TextChoices):
-    FIFO = "FIFO"
-    FAIR_SHARE = "FAIR_SHARE"
+    # The codes are the product's words (as Ordering's and Strategy's): Django would make "Fifo" of FIFO.
+    FIFO = "FIFO", "FIFO"
+    FAIR_SHARE = "FAIR_SHARE", "FAIR_SHARE"
 
 
 # Settings a form may leave out: left blank, they keep the model's default (or the value already saved).

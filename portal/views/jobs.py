@@ -29,6 +29,7 @@ from portal.params import int_param
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
 from scheduling import rules
 from scheduling.errors import Conflict, DomainError, NotAllowed
+from scheduling.models import JobStatus
 from scheduling.selectors import estimates, events, jobs
 from scheduling.services import jobs as job_services
 
@@ -224,10 +225,19 @@ def job_cancel(request, job_id: int):
     form = CancelForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         try:
-            job_services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
+            job = job_services.job_cancel(
+                job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"]
+            )
         except Conflict as exc:
             return _refused(request, job.pk, exc)
-        messages.success(request, f"Cancelled {job.name}.")
+        if job.status == JobStatus.STOPPING:
+            messages.success(
+                request,
+                f"Stopping {job.name}: its executor has until {job.stop_deadline:%H:%M:%S} UTC to stop it, "
+                "then it is cancelled.",
+            )
+        else:
+            messages.success(request, f"Cancelled {job.name}.")
         return redirect(reverse("job_detail", args=[job.pk]))
     if job.is_finished:
         return _refused(request, job.pk, Conflict(job_services.job_finished_message(job, "be cancelled")))

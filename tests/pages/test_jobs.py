@@ -333,7 +333,9 @@ def test_cancelling_asks_for_confirmation_first(world, client_for):
     job = job_in(world.nlp, [(P5, 1)], name="mine", user=world.ana)
     client = client_for(world.ana)
     page = client.get(reverse("job_detail", args=[job.pk])).content.decode()
-    assert f'href="{reverse("job_cancel", args=[job.pk])}"' in page
+    # a real button, first among the actions
+    assert f'action="{reverse("job_cancel", args=[job.pk])}"' in page
+    assert page.index('class="danger cancel-button">Cancel job…</button>') < page.index("Change priority")
     confirm = client.get(reverse("job_cancel", args=[job.pk])).content.decode()
     assert "Cancel mine?" in confirm and "Yes, cancel mine" in confirm and "No, keep it" in confirm
     job.refresh_from_db()

@@ -337,3 +337,16 @@ def test_share_form_says_a_blank_limit_is_zero_as_the_engine_and_the_sums_count_
     ).content.decode()
     p4_row = live[live.index(f'<th scope="row">{P4}</th>') :][:400]
     assert '<td class="num" data-label="This share">0</td>' in p4_row
+
+
+def test_a_reserve_share_shows_no_borrow_limit_in_its_form_or_the_admin(world, client_for):
+    world.admin.is_superuser = True
+    world.admin.save()
+    client = client_for(world.admin)
+    assert world.nlp.strategy == "RESERVE" and world.nlp.borrow_limit == -1
+    form = client.get(reverse("manage_share_edit", args=[world.nlp.pk])).content.decode()
+    field = form[form.index('name="borrow_limit"') - 200 :][:400]
+    assert 'value="-1"' not in field
+    listing = client.get(reverse("admin:scheduling_quotashare_changelist")).content.decode()
+    nlp_row = listing[listing.index(">nlp</a>") :][:1500]
+    assert "— (does not borrow)" in nlp_row and '<td class="field-borrowing">-1</td>' not in nlp_row
