@@ -271,7 +271,7 @@ def _whatif_window_errors(
     trace = replay_sources.philly_trace()
     if not trace.exists() or not replay_sources.philly_vc_file(trace).exists():
         errors["source"] = [
-            f"the Philly trace is not installed: no {trace} with philly_vc.csv beside it (set REPLAY_TRACE)"
+            "the Philly trace is not installed: set REPLAY_TRACE to its philly.csv, with philly_vc.csv beside it"
         ]
         return None, errors
     first, last = replay_sources.philly_trace_span(trace)
