@@ -1,4 +1,4 @@
-"""Screenshots of the real pages with the demo data, for the README.
+"""Screenshots of the real pages with the demo data, for the README and docs/
 
     .venv/bin/python tools/screenshots.py [--out docs] [--minutes 60] [--all] [--only whatif ...]
     .venv/bin/python tools/screenshots.py --all --viewport 390x844 --out /tmp/phone   # as on a phone

@@ -1,5 +1,5 @@
 """What-if runs: start, execute (in a Celery task) and apply a replay of one window of jobs against a queue's
-configuration as it is and as proposed. See README, "What-if page".
+configuration as it is and as proposed. See docs/replay.md, "What-if page".
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ logger = logging.getLogger("quotaportal.whatif")
 
 # A what-if replays one window of jobs (recorded history or the Philly trace) against the queue's
 # configuration as it is and as proposed, in a Celery task, and can then apply the proposal through
-# `quota_share_update`. See README, "What-if page".
+# `quota_share_update`. See docs/replay.md, "What-if page".
 
 WHATIF_MIN_DAYS = 1 / 24
 WHATIF_MAX_DAYS = 31.0
