@@ -390,7 +390,8 @@ def test_the_philly_trace_replays_on_the_queues_shares_and_types(queue, admin, s
     current, proposed = run.result["current"], run.result["proposed"]
     assert [s["share"] for s in current["shares"]] == ["nlp", "vision"]
     arrived = current["overall"]["jobs"]["arrived"]
-    # 64 GPUs here against Philly's 704 at the scale of docs/replay.md's study: about 9% of the half day's 1,715 jobs are kept.
+    # 64 GPUs here against Philly's 704 at the scale of the study in docs/replay.md: about 9% of the half day's
+    # 1,715 jobs are kept.
     assert 60 < arrived < 250 and proposed["overall"]["jobs"]["arrived"] == arrived
     assert current["overall"]["jobs_of_unknown_shares"] == {}
     assert "Microsoft Philly" in run.result["credit"] and "Microsoft Philly" in run.charts["waits"]
