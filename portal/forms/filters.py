@@ -14,6 +14,9 @@ def _optional_choice(queryset, label):
 
 
 class JobFilterForm(forms.Form):
+    whose = forms.ChoiceField(
+        choices=[("mine", "my jobs"), ("all", "all jobs I may see")], required=False, label="Whose"
+    )
     q = forms.CharField(
         required=False,
         max_length=200,
@@ -29,6 +32,9 @@ class JobFilterForm(forms.Form):
 
     def __init__(self, *args, viewer, **kwargs):
         super().__init__(*args, **kwargs)
+        # A member's list opens on their own jobs; staff, and links that filter by something else, see all.
+        self.default_whose = "all" if viewer.is_staff or self.is_bound else "mine"
+        self.fields["whose"].initial = self.default_whose
         if not viewer.is_staff:
             self.fields["team"].queryset = Team.objects.filter(pk__in=viewer.team_ids).order_by("name")
             self.fields["quota_share"].queryset = self.fields["quota_share"].queryset.filter(

@@ -40,22 +40,30 @@ from scheduling.services import jobs as job_services
 @page
 def job_list(request):
     who = viewer(request)
-    form = JobFilterForm(request.GET or None, viewer=who)
-    filters = jobs.JobFilters()
+    query = request.GET.copy()
+    query.pop("page", None)
+    form = JobFilterForm(query or None, viewer=who)
+    mine = jobs.JobFilters(submitted_by_id=request.user.pk)
+    filters = mine if form.default_whose == "mine" else jobs.JobFilters()
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
+        whose = data["whose"] or form.default_whose
         filters = jobs.JobFilters(
             status=data["status"] or None,
             job_queue_id=data["job_queue"].pk if data["job_queue"] else None,
             share_id=data["quota_share"].pk if data["quota_share"] else None,
             team_id=data["team"].pk if data["team"] else None,
+            submitted_by_id=request.user.pk if whose == "mine" else None,
             search=data["q"],
         )
     paginator = Paginator(jobs.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
     page_obj = paginator.get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
-    context = {"form": form, "page_obj": page_obj, "query": query.urlencode()}
+    context = {
+        "form": form,
+        "page_obj": page_obj,
+        "query": query.urlencode(),
+        "mine": bool(filters.submitted_by_id),
+    }
     template = "portal/job_list.html"
     if htmx_target(request, ("job-table",)):
         template += "#job-table"
@@ -115,7 +123,11 @@ def _check_submission(request, form, formset):
 def job_new(request):
     """GET: an empty form. POST: add or remove a preference row (no JS), or submit."""
     if request.method == "GET":
-        return _render_job_form(request, _job_forms(request), validated=False)
+        copied = _copy_of(request)
+        if copied is None:
+            return _render_job_form(request, _job_forms(request), validated=False)
+        initial, rows = copied
+        return _render_job_form(request, _job_forms(request, initial=initial, rows=rows), validated=False)
     action = request.POST.get("action", "submit")
     if action != "submit":
         return _render_job_form(
@@ -136,6 +148,34 @@ def job_new(request):
         return _render_job_form(request, forms, validated=True, status=exc.status_code)
     messages.success(request, f"Submitted {job.name}." if created else f"{job.name} was already submitted.")
     return redirect("job_detail", job_id=job.pk)
+
+
+def _copy_of(request) -> tuple[dict, list[dict]] | None:
+    """`?copy=<job id>`: the form's fields and preference rows filled in from a job the user may see (a new
+    client token, so the copy is a new job); None without it or for a job they may not see."""
+    job_id = int_param(request.GET.get("copy"), minimum=1)
+    job = jobs.job_for_viewer(viewer=viewer(request), job_id=job_id) if job_id is not None else None
+    if job is None:
+        return None
+    initial = {
+        "name": job.name,
+        "quota_share": job.quota_share_id,
+        "scheduling_priority": job.scheduling_priority,
+        "retry_attempts": job.retry_attempts,
+        "preemption_retries_before_termination": job.preemption_retries_before_termination,
+        "max_pending_seconds": job.max_pending_seconds,
+        "duration_seconds": job.duration_seconds,
+        "payload": job.payload,
+    }
+    rows = [
+        {
+            "instance_type": entry.instance_type_id,
+            "instance_count": entry.instance_count,
+            "training_plan": entry.training_plan_id,
+        }
+        for entry in job.instance_preferences.all()
+    ]
+    return initial, rows
 
 
 def _rows_changed(data, action: str):

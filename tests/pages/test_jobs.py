@@ -46,7 +46,7 @@ def form_data(world, rows, **fields):
 def test_job_list_shows_a_member_only_their_teams_jobs(world, client_for):
     job_in(world.nlp, [(P5, 1)], name="nlp-job")
     job_in(world.vision, [(G5, 1)], name="vision-job")
-    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+    html = client_for(world.ana).get(reverse("job_list"), {"whose": "all"}).content.decode()
     assert "nlp-job" in html and "vision-job" not in html and "1 job of your teams" in html
     staff = client_for(world.admin).get(reverse("job_list")).content.decode()
     assert "nlp-job" in staff and "vision-job" in staff
@@ -71,7 +71,7 @@ def test_job_list_filters_by_status_queue_share_and_team(world, client_for):
 def test_job_list_paginates_and_answers_htmx_with_the_table(world, client_for, settings):
     settings.PAGE_LIST_SIZE = 2
     for i in range(5):
-        job_in(world.nlp, [(P5, 1)], name=f"job-{i}")
+        job_in(world.nlp, [(P5, 1)], name=f"job-{i}", user=world.ana)
     client = client_for(world.ana)
     first = client.get(reverse("job_list")).content.decode()
     assert "Page 1 of 3" in first and 'href="?page=2"' in first and 'hx-get="?page=2"' in first
@@ -102,7 +102,7 @@ def test_job_list_says_briefly_why_each_job_waits_with_the_whole_reason_in_its_t
     reason = Job.objects.select_related("pending").get(pk=waits.pk).current_reason
     assert len(reason) > 90
 
-    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+    html = client_for(world.ana).get(reverse("job_list"), {"whose": "all"}).content.decode()
 
     assert "<th>Why</th>" in html
     assert f'title="{reason}"' in html.replace("&#x27;", "'")
@@ -112,7 +112,7 @@ def test_job_list_says_briefly_why_each_job_waits_with_the_whole_reason_in_its_t
 def test_job_list_names_the_training_plan_a_job_runs_on(world, client_for):
     job_in(world.nlp, [(P5, 2, world.plan)], name="on-the-plan")
     world.run_pass()
-    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+    html = client_for(world.ana).get(reverse("job_list"), {"whose": "all"}).content.decode()
     assert "ml.p5.48xlarge x2, plan nlp-p5-december" in html
 
 
