@@ -248,6 +248,7 @@ def photograph(
     from scheduling.models import Job, QuotaShare
     from scheduling.passes import run as passes
     from scheduling.services.estimates import queue_estimates_refresh
+    from scheduling.services.heartbeat import heartbeat_record
 
     out.mkdir(parents=True, exist_ok=True)
     vision = QuotaShare.objects.get(name="vision", job_queue__name="training")  # `local` has one too
@@ -263,6 +264,9 @@ def photograph(
         the estimate run that follows a pass, so pending jobs show their likely start."""
         passes.queue_pass_run(job_queue_id=vision.job_queue_id, trigger="screenshots")
         queue_estimates_refresh(job_queue_id=vision.job_queue_id)
+        # This tool plays the beat and the worker: their heartbeats, or the overview says they are silent.
+        heartbeat_record(component="beat")
+        heartbeat_record(component="worker", detail="screenshots")
 
     def shoot(page, name: str, **options) -> None:
         page.screenshot(path=str(out / f"{name}.png"), full_page=True, **options)
