@@ -290,7 +290,8 @@ def photograph(
         if wanted("submit"):
             page.goto(f"{base}/jobs/new/")
             page.fill("#id_name", "llm-finetune")
-            page.select_option("#id_quota_share", label="training / vision (Vision)")
+            with page.expect_response(lambda response: "/rows/" in response.url):  # the queue's types
+                page.select_option("#id_quota_share", label="training / vision (Vision)")
             for row in (1, 2):  # the page's CSP forbids eval, so wait on elements, not on script predicates
                 page.click("button[value=add]")
                 page.locator(f"#id_pref-{row}-instance_type").wait_for()

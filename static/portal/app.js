@@ -73,6 +73,8 @@ document.addEventListener("htmx:beforeRequest", (event) => {
   const elt = rowsRefresher(event);
   if (elt) {
     elt.dataset.editsAtRequest = String(rowEdits);
+  } else if (event.detail.target && event.detail.target.id === "preferences") {
+    rowEdits += 1; // a row added or removed meanwhile: a refresh sent before it is out of date
   }
 });
 document.addEventListener("htmx:beforeSwap", (event) => {
