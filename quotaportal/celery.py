@@ -21,12 +21,15 @@ def beat_heartbeat(sender=None, **kwargs) -> None:
     if sender != HEARTBEAT_TASK:
         return
     try:
-        from django.db import close_old_connections
+        from django.db import close_old_connections, connection
 
         from scheduling.models import Heartbeat
         from scheduling.services.heartbeat import heartbeat_record
 
-        close_old_connections()  # the beat lives for days: a connection the database dropped is replaced
+        if (
+            not connection.in_atomic_block
+        ):  # the beat lives for days: a connection the database dropped is replaced
+            close_old_connections()
         heartbeat_record(component=Heartbeat.Component.BEAT)
     except Exception:
         logger.exception("could not record the beat's heartbeat")
