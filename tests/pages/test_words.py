@@ -130,3 +130,18 @@ def test_a_configuration_change_message_names_fields_in_words(world, client_for)
     world.admin.save()
     admin_html = client_for(world.admin).get(reverse("admin:scheduling_event_changelist")).content.decode()
     assert "capacity limits" in admin_html and "capacity_limits" not in admin_html
+
+
+def test_dates_read_in_one_style_and_relative_times_carry_it_in_their_title(world, client_for):
+    import re as re_
+
+    from tests.factories import job_in
+    from tests.pages.conftest import P5
+
+    job = job_in(world.nlp, [(P5, 1)], name="dated", user=world.ana)
+    world.run_pass()
+    html = client_for(world.ana).get(reverse("job_detail", args=[job.pk])).content.decode()
+    shown = re_.findall(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{1,2}\b", html)
+    assert shown == []  # no "Dec 5 ..." beside "2026-12-05 ..."
+    assert re_.search(r">\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}<", html)  # the attempt's and events' times
+    assert re_.search(r'title="\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC">\d+ s ago</time>', html)
