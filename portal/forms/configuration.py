@@ -342,6 +342,10 @@ class TrainingPlanForm(forms.Form):
             "job_queue__name", "name"
         )
         self.fields["quota_shares"].required = False
+        # Two queues may each have a share called nlp: the queue's name tells them apart.
+        self.fields["quota_shares"].label_from_instance = lambda share: (
+            f"{share.job_queue.name} / {share.name}"
+        )
 
     def plan_fields(self) -> dict:
         return {

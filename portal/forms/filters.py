@@ -13,6 +13,18 @@ def _optional_choice(queryset, label):
     return IdChoiceField(queryset=queryset, required=False, empty_label=label)
 
 
+class _ShareChoiceField(IdChoiceField):
+    """Two queues may each have a share called nlp: the queue's name tells them apart."""
+
+    def label_from_instance(self, obj) -> str:
+        return f"{obj.job_queue.name} / {obj.name}"
+
+
+def _share_choice():
+    queryset = QuotaShare.objects.select_related("job_queue").order_by("job_queue__name", "name")
+    return _ShareChoiceField(queryset=queryset, required=False, empty_label="any share")
+
+
 class JobFilterForm(forms.Form):
     whose = forms.ChoiceField(
         choices=[("mine", "my jobs"), ("all", "all jobs I may see")], required=False, label="Whose"
@@ -25,9 +37,7 @@ class JobFilterForm(forms.Form):
     )
     status = forms.ChoiceField(choices=[("", "any status"), *JobStatus.choices], required=False)
     job_queue = _optional_choice(JobQueue.objects.order_by("name"), "any queue")
-    quota_share = _optional_choice(
-        QuotaShare.objects.select_related("job_queue").order_by("job_queue__name", "name"), "any share"
-    )
+    quota_share = _share_choice()
     team = _optional_choice(Team.objects.order_by("name"), "any team")
 
     def __init__(self, *args, viewer, **kwargs):
@@ -45,7 +55,5 @@ class JobFilterForm(forms.Form):
 class EventFilterForm(forms.Form):
     kind = forms.ChoiceField(choices=[("", "any kind"), *EventKind.choices], required=False)
     job_queue = _optional_choice(JobQueue.objects.order_by("name"), "any queue")
-    quota_share = _optional_choice(
-        QuotaShare.objects.select_related("job_queue").order_by("job_queue__name", "name"), "any share"
-    )
+    quota_share = _share_choice()
     job = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID, label="Job id")

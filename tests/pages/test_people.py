@@ -159,3 +159,10 @@ def test_a_copy_of_a_job_the_user_may_not_see_is_an_empty_form(world, client_for
     other = job_in(world.vision, [(P4, 1)], name="visions-secret", user=world.chen)
     form = client_for(world.ana).get(reverse("job_new"), {"copy": other.pk}).content.decode()
     assert "visions-secret" not in form
+
+
+def test_share_names_carry_their_queue_in_the_jobs_filter_and_the_plan_editor(world, client_for):
+    html = client_for(world.admin).get(reverse("job_list")).content.decode()
+    assert f'<option value="{world.nlp.pk}">training / nlp</option>' in html
+    plan = client_for(world.admin).get(reverse("manage_plan_edit", args=[world.plan.pk])).content.decode()
+    assert "training / nlp" in plan
