@@ -166,3 +166,9 @@ def test_share_names_carry_their_queue_in_the_jobs_filter_and_the_plan_editor(wo
     assert f'<option value="{world.nlp.pk}">training / nlp</option>' in html
     plan = client_for(world.admin).get(reverse("manage_plan_edit", args=[world.plan.pk])).content.decode()
     assert "training / nlp" in plan
+
+
+def test_a_member_without_jobs_of_their_own_is_pointed_at_their_teams_jobs(world, client_for):
+    job_in(world.nlp, [(P5, 1)], name="bens-job", user=world.ben)
+    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+    assert "No job of yours matches" in html and 'href="?whose=all"' in html
