@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 
@@ -57,6 +58,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--batch",
         default=f"batch-{int(time.time())}",
         help="prefix of the jobs' names and client tokens (default batch-<unix time>)",
+    )
+    parser.add_argument(
+        "--command",
+        help="the program each job runs, e.g. 'python3 train.py --epochs 3' (payload.command, split like a "
+        "shell line); a queue whose environment has an external executor refuses jobs without one",
     )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
     parser.add_argument("--timeout", type=float, default=600.0, help="stop polling after this many seconds")
@@ -106,7 +112,11 @@ def submit(session: requests.Session, base: str, args: argparse.Namespace) -> li
             "instance_preferences": entries,
             "scheduling_priority": args.priority,
             "duration_seconds": args.duration,
-            "payload": {"batch": args.batch, "index": number},
+            "payload": {
+                "batch": args.batch,
+                "index": number,
+                **({"command": shlex.split(args.command)} if args.command else {}),
+            },
             "client_token": f"{args.batch}-{number}",
         }
         response = session.post(f"{base}/jobs/", json=body, timeout=30)

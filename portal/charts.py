@@ -183,7 +183,7 @@ def usage_chart(
     steps = [0, y_max // 2, y_max] if y_max >= 2 else [0, y_max]
     y_ticks = [(y_at(value), value) for value in sorted(set(steps))]
     span = end - start
-    label = "%H:%M" if span <= timedelta(days=1) else "%a %d"
+    label = "%H:%M" if span <= timedelta(days=1) else "%m-%d"
     x_ticks = [
         (round(plot_left + plot_width * i / 4, 2), (start + span * i / 4).strftime(label)) for i in range(5)
     ]

@@ -22,6 +22,69 @@ def kind_words(kind: str) -> str:
         return kind.replace("_", " ").lower()
 
 
+# `PREEMPTED_RECLAIM: reclaimed by share nlp` -> the code's words, then the rest as it is.
+_REASON_CODE = re.compile(r"^([A-Z][A-Z_]{3,}): ?(.*)$", re.S)
+_REASON_WORDS = {
+    "TRAINING_PLAN_EXPIRING": "stopped as its training plan ends",
+    "PENDING_TIMEOUT": "waited longer than its max pending time",
+    "PREEMPTION_RETRIES_EXHAUSTED": "preempted more often than it allows",
+    "NOMINATED": "nominated",
+    "NOMINATION_LAPSED": "its earmarked capacity lapsed",
+    "START_TIMEOUT": "not started in time",
+    "ATTEMPT_TIMEOUT": "ran longer than its attempt may",
+}
+# Reasons for which the scheduler (or a person) stopped the attempt: its process's exit code answers the stop
+# signal, and says nothing of how the training went.
+_STOPPED_CODES = {
+    "PREEMPTED_RECLAIM",
+    "PREEMPTED_IN_SHARE",
+    "PREEMPTED_LIMIT_REDUCED",
+    "TRAINING_PLAN_EXPIRING",
+    "PREEMPTION_RETRIES_EXHAUSTED",
+    "RELOCATING",
+}
+
+
+def reason_words(reason: str) -> str:
+    """A status reason whose code leads (`PREEMPTED_RECLAIM: ...`) as words: `preempted by a reclaim: ...`."""
+    match = _REASON_CODE.match(reason or "")
+    if match is None:
+        return reason
+    code, rest = match.groups()
+    words = _REASON_WORDS.get(code) or kind_words(code)
+    return f"{words}: {rest}" if rest else words
+
+
+def attempt_exit(attempt) -> str:
+    """The exit code column of an attempt: `—` while none, `stopped` when the attempt was stopped for it (the
+    code then only answers the stop signal), else the code."""
+    if attempt.exit_code is None:
+        return "—"
+    match = _REASON_CODE.match(attempt.status_reason or "")
+    stopped = (match is not None and match.group(1) in _STOPPED_CODES) or (
+        attempt.status_reason or ""
+    ).startswith("cancelled")
+    return "stopped" if stopped else str(attempt.exit_code)
+
+
+def event_kind_words(event: EventRow) -> str:
+    """The event's kind as words; a job's priority change, which the audit log keeps as a configuration change
+    (with the values before and after), reads as what it is."""
+    if event.kind == EventKind.CONFIG_CHANGED and event.job is not None:
+        changed = set((event.changes or {}).get("after") or {})
+        if changed == {"scheduling_priority"}:
+            return "priority changed"
+    return kind_words(event.kind)
+
+
+def field_words(name: str) -> str:
+    """`capacity_limits` -> `capacity limits`, `scheduling_priority` -> `priority`: a field as people say it."""
+    return _FIELD_WORDS.get(name, name.replace("_", " "))
+
+
+_FIELD_WORDS = {"scheduling_priority": "priority", "max_capacity": "capacity"}
+
+
 def event_text(event: EventRow) -> str:
     """The event's text with the jobs it gives by number named, `nightly-retrain (#45)`, for a viewer who may see
     them (staff); a job of another team stays unnamed."""
@@ -45,8 +108,8 @@ def _value(value: Any) -> str:
 
 
 def change_lines(changes: dict | None) -> list[str]:
-    """A configuration change, one line a field: `capacity_limits: ml.p5.48xlarge 4 -> 6`,
-    `quota_shares: added nlp, removed vision`, `strategy: LEND -> LEND_AND_BORROW`. Empty unless changed."""
+    """A configuration change, one line a field, in words: `capacity limits: ml.p5.48xlarge 4 -> 6`,
+    `quota shares: added nlp, removed vision`, `strategy: LEND -> LEND_AND_BORROW`. Empty unless changed."""
     if not changes or changes.get("action") != "changed":
         return []
     before, after = changes.get("before") or {}, changes.get("after") or {}
@@ -62,16 +125,16 @@ def change_lines(changes: dict | None) -> list[str]:
                 for name in sorted(set(old) | set(new))
                 if old.get(name) != new.get(name)
             ]
-            lines.append(f"{key}: {', '.join(parts)}")
+            lines.append(f"{field_words(key)}: {', '.join(parts)}")
         elif isinstance(old, list) or isinstance(new, list):
             added = sorted(set(new or []) - set(old or []))
             removed = sorted(set(old or []) - set(new or []))
             parts = ([f"added {', '.join(added)}"] if added else []) + (
                 [f"removed {', '.join(removed)}"] if removed else []
             )
-            lines.append(f"{key}: {'; '.join(parts)}")
+            lines.append(f"{field_words(key)}: {'; '.join(parts)}")
         else:
-            lines.append(f"{key}: {_value(old)} -> {_value(new)}")
+            lines.append(f"{field_words(key)}: {_value(old)} -> {_value(new)}")
     return lines
 
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal.views import events, jobs, manage, overview, shares
+from portal.views import events, jobs, manage, overview, people, shares
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
@@ -15,6 +15,14 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("jobs/<int:job_id>/priority/", jobs.job_priority, name="job_priority"),
     path("events/", events.event_log, name="event_log"),
+    path("profile/", people.profile, name="profile"),
+    path("teams/", people.team_list, name="team_list"),
+    path("teams/<int:team_id>/", people.team_detail, name="team_detail"),
+    path(
+        "teams/<int:team_id>/members/<int:user_id>/remove/",
+        people.team_member_remove,
+        name="team_member_remove",
+    ),
     path("manage/queues/", manage.queue_list, name="manage_queues"),
     path("manage/queues/new/", manage.queue_edit, name="manage_queue_new"),
     path("manage/queues/<int:queue_id>/", manage.queue_edit, name="manage_queue_edit"),

@@ -235,6 +235,10 @@ DEMO_AGENT_TOKEN_FILE = VAR_DIR / "agent-token"
 # Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
 SAMPLE_INTERVAL_SECONDS = envint("SAMPLE_INTERVAL_SECONDS", 30, minimum=1, maximum=86_400)
 HISTORY_DAYS = envint("HISTORY_DAYS", 8, minimum=1, maximum=_A_CENTURY_IN_DAYS)
+# The beat sends a heartbeat task this often and a worker records running it; the overview warns that the beat
+# or the workers are silent once the last heartbeat of either is older than HEARTBEAT_SILENT_SECONDS.
+HEARTBEAT_SECONDS = envint("HEARTBEAT_SECONDS", 10, minimum=1, maximum=3600)
+HEARTBEAT_SILENT_SECONDS = envint("HEARTBEAT_SILENT_SECONDS", 60, minimum=2, maximum=86_400)
 # Events older than this are deleted by the beat, except configuration changes (the audit log, kept for good)
 # and the events of jobs not yet finished; 0 keeps every event.
 EVENT_RETENTION_DAYS = envint("EVENT_RETENTION_DAYS", 90, minimum=0, maximum=_A_CENTURY_IN_DAYS)
@@ -441,6 +445,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(PASS_INTERVAL_SECONDS),
     },
     "simulated-executor": {"task": "scheduling.tasks.simulated_executor_tick", "schedule": 2.0},
+    # Dropped unrun once the next is due: with no worker, the broker does not fill with heartbeats.
+    "heartbeat": {
+        "task": "scheduling.tasks.heartbeat",
+        "schedule": float(HEARTBEAT_SECONDS),
+        "options": {"expires": float(HEARTBEAT_SECONDS)},
+    },
     "prune-history": {"task": "scheduling.tasks.prune_history", "schedule": 3600.0},
     "prune-events": {"task": "scheduling.tasks.prune_events", "schedule": 3600.0},
     "notifications-scan": {"task": "notifications.tasks.scan", "schedule": float(NOTIFY_SCAN_SECONDS)},

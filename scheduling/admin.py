@@ -312,12 +312,20 @@ class QuotaShareAdmin(ServiceAdmin):
         "job_queue",
         "team",
         "strategy",
-        "borrow_limit",
+        "borrowing",
         "in_share_preemption",
         "fair_share_weight",
         "state",
     )
     list_filter = ("job_queue", "strategy", "state")
+
+    @admin.display(description="borrow limit", ordering="borrow_limit")
+    def borrowing(self, share: QuotaShare) -> str:
+        """A borrow limit only where the share can borrow: -1 says nothing of a RESERVE or LEND share."""
+        if share.strategy != QuotaShare.Strategy.LEND_AND_BORROW:
+            return "— (does not borrow)"
+        return "unlimited" if share.borrow_limit == -1 else f"{share.borrow_limit}%"
+
     search_fields = ("name", "team__name")
     inlines = [ShareCapacityLimitInline]
 

@@ -190,8 +190,9 @@ class EnvironmentCapacity(models.Model):
 
 
 class IdleCapacityAssignment(models.TextChoices):
-    FIFO = "FIFO"
-    FAIR_SHARE = "FAIR_SHARE"
+    # The codes are the product's words (as Ordering's and Strategy's): Django would make "Fifo" of FIFO.
+    FIFO = "FIFO", "FIFO"
+    FAIR_SHARE = "FAIR_SHARE", "FAIR_SHARE"
 
 
 # Settings a form may leave out: left blank, they keep the model's default (or the value already saved).
@@ -722,6 +723,23 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
+
+
+class Heartbeat(models.Model):
+    """When a part of the scheduler last showed it is alive: the beat when it sends the heartbeat task, a worker
+    when it runs it. A settled queue rightly runs no pass for hours, so a pass's age says nothing of this."""
+
+    class Component(models.TextChoices):
+        BEAT = "beat"
+        WORKER = "worker"
+
+    component = models.CharField(max_length=16, choices=Component.choices, primary_key=True)
+    seen_at = models.DateTimeField()
+    # The worker's name (celery's hostname) that ran the last heartbeat.
+    detail = models.CharField(max_length=255, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.component} seen at {self.seen_at:%Y-%m-%d %H:%M:%S}"
 
 
 class SchedulingPass(models.Model):

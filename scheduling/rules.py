@@ -31,6 +31,7 @@ from scheduling.models import (
     InstanceType,
     JobQueue,
     QuotaShare,
+    ServiceEnvironment,
     ShareCapacityLimit,
     State,
     TrainingPlan,
@@ -455,6 +456,55 @@ def validate_payload(payload: object) -> None:
         raise ValidationError(
             {"payload": [f"payload is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}"]}
         )
+
+
+PAYLOAD_COMMAND_EXAMPLE = '{"command": ["python3", "train.py", "--epochs", "3"], "env": {"SEED": "1"}}'
+
+
+def payload_requirement(environment: ServiceEnvironment) -> str:
+    """What a job's payload must hold on this environment, in a sentence for the submit form."""
+    if environment.executor == ServiceEnvironment.Executor.EXTERNAL:
+        return (
+            f"Environment {environment.name} runs jobs as real processes: the payload needs "
+            "payload.command, the program and its arguments as a list of strings, and may give "
+            f"payload.env, variables as strings; for example {PAYLOAD_COMMAND_EXAMPLE}."
+        )
+    return (
+        f"Environment {environment.name} is simulated: it runs nothing, so any JSON object will do "
+        "(duration_seconds sets how long the job runs)."
+    )
+
+
+def validate_payload_runnable(*, payload: dict, environment: ServiceEnvironment) -> None:
+    """A job its environment's executor cannot run is refused here, never placed: an external executor (the
+    reference agent) runs `payload.command`, an argv list of strings, with `payload.env`'s variables."""
+    if environment.executor != ServiceEnvironment.Executor.EXTERNAL or not isinstance(payload, dict):
+        return
+    errors: Errors = {}
+    command = payload.get("command")
+    where = f"environment {environment.name} runs jobs with an external executor"
+    if command is None:
+        _add(
+            errors,
+            "payload.command",
+            f"payload.command is required: {where}, which runs payload.command as a process "
+            f"(a list of strings, e.g. {PAYLOAD_COMMAND_EXAMPLE})",
+        )
+    elif not (isinstance(command, list) and command and all(isinstance(arg, str) and arg for arg in command)):
+        _add(
+            errors,
+            "payload.command",
+            "payload.command must be a non-empty list of non-empty strings, the program and its arguments "
+            '(e.g. ["python3", "train.py"]): a single string is not split into arguments',
+        )
+    env = payload.get("env")
+    if env is not None and not (
+        isinstance(env, dict) and all(isinstance(value, str) for value in env.values())
+    ):
+        _add(
+            errors, "payload.env", 'payload.env must be an object of strings to strings (e.g. {"SEED": "1"})'
+        )
+    _raise_if(errors)
 
 
 def _payload_problem(payload: dict) -> str | None:

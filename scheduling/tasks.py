@@ -9,11 +9,12 @@ from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
-from scheduling.models import JobQueue, ServiceEnvironment, State
+from scheduling.models import Heartbeat, JobQueue, ServiceEnvironment, State
 from scheduling.passes.due import queues_needing_pass
 from scheduling.passes.requests import pass_send, pass_waiting_clear
 from scheduling.passes.run import queue_pass_run
 from scheduling.services import demo, estimates, executor, history
+from scheduling.services import heartbeat as heartbeats
 
 logger = logging.getLogger("quotaportal.scheduling")
 
@@ -63,6 +64,12 @@ def estimate_queue(job_queue_id: int) -> int:
     if not JobQueue.objects.filter(pk=job_queue_id).exists():
         return 0
     return estimates.queue_estimates_refresh(job_queue_id=job_queue_id)
+
+
+@shared_task(bind=True, ignore_result=True)
+def heartbeat(self) -> None:
+    """A worker's sign of life (the beat recorded its own when it sent this task: `quotaportal.celery`)."""
+    heartbeats.heartbeat_record(component=Heartbeat.Component.WORKER, detail=self.request.hostname or "")
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -622,8 +622,11 @@ def _basis(job_id: int, forward: _Forward, now: float, start: float) -> str:
         return f"by reclaiming or preempting on {instance_type}, around {around}"
     if not ahead:
         return f"fits on {instance_type} at the next pass, around {around}"
-    jobs = "job" if ahead == 1 else "jobs"
-    return f"after {ahead} {jobs} ahead of you on {instance_type} end, around {around}"
+    # Jobs holding (or placed on) the type before it, of any share: not the jobs waiting before it in its share,
+    # which its queue position counts.
+    jobs = "1 job" if ahead == 1 else f"{ahead} jobs"
+    end = "ends" if ahead == 1 else "end"
+    return f"once {jobs} on {instance_type} (running or placed before it) {end}, around {around}"
 
 
 def _clock(seconds: float, now: float | None = None) -> str:

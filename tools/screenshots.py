@@ -1,4 +1,4 @@
-"""Screenshots of the real pages with the demo data, for the README.
+"""Screenshots of the real pages with the demo data, for the README and docs/
 
     .venv/bin/python tools/screenshots.py [--out docs] [--minutes 60] [--all] [--only whatif ...]
     .venv/bin/python tools/screenshots.py --all --viewport 390x844 --out /tmp/phone   # as on a phone
@@ -248,6 +248,7 @@ def photograph(
     from scheduling.models import Job, QuotaShare
     from scheduling.passes import run as passes
     from scheduling.services.estimates import queue_estimates_refresh
+    from scheduling.services.heartbeat import heartbeat_record
 
     out.mkdir(parents=True, exist_ok=True)
     vision = QuotaShare.objects.get(name="vision", job_queue__name="training")  # `local` has one too
@@ -263,6 +264,9 @@ def photograph(
         the estimate run that follows a pass, so pending jobs show their likely start."""
         passes.queue_pass_run(job_queue_id=vision.job_queue_id, trigger="screenshots")
         queue_estimates_refresh(job_queue_id=vision.job_queue_id)
+        # This tool plays the beat and the worker: their heartbeats, or the overview says they are silent.
+        heartbeat_record(component="beat")
+        heartbeat_record(component="worker", detail="screenshots")
 
     def shoot(page, name: str, **options) -> None:
         page.screenshot(path=str(out / f"{name}.png"), full_page=True, **options)
@@ -286,7 +290,8 @@ def photograph(
         if wanted("submit"):
             page.goto(f"{base}/jobs/new/")
             page.fill("#id_name", "llm-finetune")
-            page.select_option("#id_quota_share", label="training / vision (Vision)")
+            with page.expect_response(lambda response: "/rows/" in response.url):  # the queue's types
+                page.select_option("#id_quota_share", label="training / vision (Vision)")
             for row in (1, 2):  # the page's CSP forbids eval, so wait on elements, not on script predicates
                 page.click("button[value=add]")
                 page.locator(f"#id_pref-{row}-instance_type").wait_for()

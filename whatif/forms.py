@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from django import forms
@@ -37,12 +38,21 @@ class WhatIfQueueForm(forms.Form):
         self.fields["job_queue"].choices = list(iter(self.fields["job_queue"].choices))
 
 
+WHATIF_MIN_HOURS = round(services.WHATIF_MIN_DAYS * 24)
+WHATIF_MAX_HOURS = round(services.WHATIF_MAX_DAYS * 24)
+
+
+def window_hours(days: float) -> int:
+    """A window's length in whole hours, rounded up (so it still holds what `days` held)."""
+    return max(WHATIF_MIN_HOURS, min(WHATIF_MAX_HOURS, math.ceil(round(days * 24, 6))))
+
+
 class WhatIfForm(forms.Form):
     """A what-if proposal for one queue: every share's values, prefilled with the live ones, and the window.
 
     Each share has `s<id>-strategy`, `s<id>-borrow_limit`, `s<id>-in_share_preemption`,
     `s<id>-fair_share_weight` (blank: as it is) and per instance type of the environment one
-    `s<id>-limit_<type id>` (blank: no limit for that type) and one `s<id>-lending_<type id>` (blank: lends
+    `s<id>-limit_<type id>` (blank: 0, none of that type) and one `s<id>-lending_<type id>` (blank: lends
     all of it). The queue's `idle_capacity_assignment` and `preemption_min_runtime_seconds` are blank: as
     they are.
     """
@@ -50,12 +60,12 @@ class WhatIfForm(forms.Form):
     job_queue = IdChoiceField(queryset=JobQueue.objects.all(), widget=forms.HiddenInput)
     source = forms.ChoiceField(choices=WhatIfRun.Source.choices, widget=forms.RadioSelect, label="Source")
     start = forms.DateTimeField(widget=DateTimeInput(), label="Window start", help_text="UTC")
-    days = forms.FloatField(
-        min_value=services.WHATIF_MIN_DAYS,
-        max_value=services.WHATIF_MAX_DAYS,
-        widget=forms.NumberInput(attrs={"step": "any"}),
-        label="Days",
-        help_text=f"1 hour ({services.WHATIF_MIN_DAYS:.2f}) to {services.WHATIF_MAX_DAYS:g} days.",
+    # In whole hours: a window of days reads as "0.05" for the hour a fresh install has.
+    hours = forms.IntegerField(
+        min_value=WHATIF_MIN_HOURS,
+        max_value=WHATIF_MAX_HOURS,
+        label="Length (hours)",
+        help_text=f"1 hour to {WHATIF_MAX_HOURS} ({services.WHATIF_MAX_DAYS:g} days).",
     )
     idle_capacity_assignment = forms.ChoiceField(
         required=False,
@@ -83,7 +93,10 @@ class WhatIfForm(forms.Form):
         **kwargs,
     ):
         """`base`: a run of this queue whose proposal prefills the shares it names (to edit and run again)."""
-        kwargs.setdefault("initial", {}).setdefault("job_queue", job_queue.pk)
+        initial = kwargs.setdefault("initial", {})
+        initial.setdefault("job_queue", job_queue.pk)
+        if "days" in initial and "hours" not in initial:
+            initial["hours"] = window_hours(initial["days"])
         super().__init__(*args, **kwargs)
         self.job_queue = job_queue
         self.shares = shares
@@ -226,6 +239,12 @@ class WhatIfForm(forms.Form):
             }
         )
 
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("hours") is not None:
+            cleaned["days"] = cleaned["hours"] / 24
+        return cleaned
+
     def add_service_errors(self, exc: ValidationError) -> None:
         """`shares[<name>].<field>` goes to that share's field (or, for its limits, to its row); the rest to
         the form's own fields."""
@@ -233,6 +252,7 @@ class WhatIfForm(forms.Form):
         for key, messages in error_dict(exc).items():
             match = _WHATIF_SHARE_KEY.match(key)
             if match is None:
+                key = "hours" if key == "days" else key
                 for message in messages:
                     self.add_error(key if key in self.fields else None, message)
                 continue

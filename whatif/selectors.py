@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import F, OuterRef, Subquery
 
 from scheduling.models import EnvironmentCapacity, InstanceType, Job, JobQueue, QuotaShare
 from simulator.report import duration, number, percent
@@ -17,15 +17,16 @@ from whatif.services import QueueProposal, ShareProposal
 
 
 def whatif_queue(*, job_queue_id: int | None) -> JobQueue | None:
-    """The queue (the first by name when `job_queue_id` is None) with `first_job_at` and `last_job_at`: when
-    its recorded jobs begin and end, for the default window. 1 query."""
+    """The queue (when `job_queue_id` is None, the one whose jobs were submitted last, so the editor opens on
+    a queue with history rather than an idle one; then the first by name) with `first_job_at` and
+    `last_job_at`: when its recorded jobs begin and end, for the default window. 1 query."""
     jobs = Job.objects.filter(job_queue=OuterRef("pk"))
     queues = JobQueue.objects.annotate(
         first_job_at=Subquery(jobs.order_by("created_at").values("created_at")[:1]),
         last_job_at=Subquery(jobs.order_by("-created_at").values("created_at")[:1]),
     )
     if job_queue_id is None:
-        return queues.order_by("name").first()
+        return queues.order_by(F("last_job_at").desc(nulls_last=True), "name").first()
     return queues.filter(pk=job_queue_id).first()
 
 
@@ -44,10 +45,9 @@ def history_window(
     else:
         start = max(first_job_at or last_job_at, last_job_at - week)
     start = start.replace(minute=0, second=0, microsecond=0)
-    # Whole hundredths of a day, one more than needed so the newest job falls inside; at least 0.05 (an hour
-    # and 12 min), at most the week.
-    span = math.ceil((now - start).total_seconds() / 864) / 100 + 0.01
-    return start, min(float(HISTORY_DAYS_BY_DEFAULT), max(0.05, round(span, 2)))
+    # Whole hours, one more than needed so the newest job falls inside; at most the week.
+    hours = math.ceil((now - start).total_seconds() / 3600) + 1
+    return start, min(HISTORY_DAYS_BY_DEFAULT * 24, hours) / 24
 
 
 def whatif_editor(*, job_queue: JobQueue) -> tuple[list[QuotaShare], list[InstanceType], dict[int, int]]:

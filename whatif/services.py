@@ -1,5 +1,5 @@
 """What-if runs: start, execute (in a Celery task) and apply a replay of one window of jobs against a queue's
-configuration as it is and as proposed. See README, "What-if page".
+configuration as it is and as proposed. See docs/replay.md, "What-if page".
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ logger = logging.getLogger("quotaportal.whatif")
 
 # A what-if replays one window of jobs (recorded history or the Philly trace) against the queue's
 # configuration as it is and as proposed, in a Celery task, and can then apply the proposal through
-# `quota_share_update`. See README, "What-if page".
+# `quota_share_update`. See docs/replay.md, "What-if page".
 
 WHATIF_MIN_DAYS = 1 / 24
 WHATIF_MAX_DAYS = 31.0
@@ -271,7 +271,7 @@ def _whatif_window_errors(
     trace = replay_sources.philly_trace()
     if not trace.exists() or not replay_sources.philly_vc_file(trace).exists():
         errors["source"] = [
-            f"the Philly trace is not installed: no {trace} with philly_vc.csv beside it (set REPLAY_TRACE)"
+            "the Philly trace is not installed: set REPLAY_TRACE to its philly.csv, with philly_vc.csv beside it"
         ]
         return None, errors
     first, last = replay_sources.philly_trace_span(trace)

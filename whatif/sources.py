@@ -232,7 +232,7 @@ def changes_since(queue: JobQueue, baseline: dict[str, Any]) -> list[str]:
 
 
 def history_jobs(*, queue: JobQueue, start: datetime | None, end: datetime | None) -> list[SimJob]:
-    """The queue's jobs submitted in the window, as they were submitted (see README for the run time rule)."""
+    """The queue's jobs submitted in the window, as they were submitted (see docs/replay.md for the run time rule)."""
     jobs = Job.objects.filter(job_queue=queue)
     if start:
         jobs = jobs.filter(created_at__gte=start)
@@ -306,7 +306,7 @@ def history_jobs(*, queue: JobQueue, start: datetime | None, end: datetime | Non
 # The `replay` command gives the trace its own shares (one per Philly VC). The what-if page compares two
 # configurations of a real queue instead, so the trace's jobs are put on that queue's shares and instance
 # types: the trace supplies the shape of the workload (arrivals, bursts, run times, sizes), the queue the
-# shares it lands on. See README, "What-if page".
+# shares it lands on. See docs/replay.md, "What-if page".
 
 ENTRIES_PER_TRACE_JOB = 3
 
@@ -354,7 +354,7 @@ def entries_for(num_gpus: int, types: Mapping[str, int]) -> list[Entry]:
 
 
 def trace_keep_fraction(capacity_gpus: float, vcs: Mapping[str, int]) -> float:
-    """The share of Philly jobs kept so the queue sees the pressure of the README's Philly study: there the
+    """The share of Philly jobs kept so the queue sees the pressure of the Philly study in docs/replay.md: there the
     shares got `DEFAULT_CAPACITY_SCALE` of the VCs' quota; here the queue's GPUs stand for that capacity."""
     philly_gpus = sum(vcs.values()) * philly_mapping.GPUS_PER_NODE * philly_mapping.DEFAULT_CAPACITY_SCALE
     return min(1.0, capacity_gpus / philly_gpus) if philly_gpus else 1.0

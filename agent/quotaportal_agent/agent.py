@@ -52,6 +52,11 @@ class Config:
     hold_seconds: float = 10.0  # how long a start waits for the slots of jobs still stopping
     shutdown_flush_seconds: float = 5.0
     tick_seconds: float = 0.1
+    # On shutdown, stop the jobs' processes too (SIGTERM, SIGKILL after exit_grace_seconds) instead of leaving
+    # them for the next agent to adopt: for a demo whose processes should end with it. The next agent reports
+    # them as ended while it was away.
+    stop_jobs_on_exit: bool = False
+    exit_grace_seconds: float = 3.0
 
 
 @dataclass
@@ -95,6 +100,11 @@ class Agent:
         )
         while not self.shutdown.is_set():
             self.tick(self.config.tick_seconds)
+        if self.config.stop_jobs_on_exit:
+            # At once, not after the long-poll in flight returns: whoever stops the agent may not wait that long
+            # (honcho kills it 5 s after Ctrl-C); the state is saved now for the same reason.
+            self.stop_every_job()
+            self.state.save()
         # A poll already in flight may bring claimed work: take it, as if it had come before the signal.
         while poller.is_alive():
             self.tick(self.config.tick_seconds)
@@ -107,12 +117,34 @@ class Agent:
             time.sleep(0.05)
         self.halt.set()
         reporter.join(timeout=self.config.max_backoff_seconds + 15)
+        if self.config.stop_jobs_on_exit:
+            self.stop_every_job()
         self.state.save()
         log.info(
-            "agent down: %d job(s) left running (adopted on restart), %d report(s) kept for later",
+            "agent down: %d job(s) %s, %d report(s) kept for later",
             len(self.state.jobs),
+            "stopped (reported on restart)"
+            if self.config.stop_jobs_on_exit
+            else "left running (adopted on restart)",
             len(self.state.outbox),
         )
+
+    def stop_every_job(self) -> None:
+        """SIGTERM every job's process group, and SIGKILL the groups still there after exit_grace_seconds."""
+        running = [job for job in self.state.jobs.values() if job.pid is not None]
+        for job in running:
+            runner.signal_group(job.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.config.exit_grace_seconds
+        while time.monotonic() < deadline and any(runner.is_alive(j.pid, j.pid_started) for j in running):
+            time.sleep(0.05)
+        for job in running:
+            if runner.is_alive(job.pid, job.pid_started):
+                runner.signal_group(job.pid, signal.SIGKILL)
+        for process in self.processes.values():  # reap our own children: no zombie outlives the agent's wait
+            try:
+                process.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
 
     def request_shutdown(self) -> None:
         self.shutdown.set()

@@ -90,6 +90,11 @@ def build_parser() -> Parser:
     parser.add_argument(
         "--wait-seconds", type=wait_seconds, default=20, help="the long-poll, 0-30; default 20"
     )
+    parser.add_argument(
+        "--stop-jobs-on-exit",
+        action="store_true",
+        help="on SIGTERM or SIGINT, stop the jobs' processes too (default: leave them for the next agent)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -144,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_signal(number, _frame):
         logging.getLogger(PROG).info(
-            "%s: shutting down; running jobs are left running", signal.Signals(number).name
+            "%s: shutting down; running jobs are %s",
+            signal.Signals(number).name,
+            "stopped" if args.stop_jobs_on_exit else "left running",
         )
         stop.set()
         if agent is not None:
@@ -170,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         state_file=state_file,
         heartbeat_seconds=args.heartbeat_seconds,
         wait_seconds=args.wait_seconds,
+        stop_jobs_on_exit=args.stop_jobs_on_exit,
     )
     logging.getLogger(PROG).info("executor name %s", name)
     try:

@@ -99,7 +99,10 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                     "job_queue": share.job_queue_id,
                     "team": share.team_id,
                     "strategy": share.strategy,
-                    "borrow_limit": share.borrow_limit,
+                    # -1 (unlimited) means nothing to a share that cannot borrow: its field stays blank.
+                    "borrow_limit": share.borrow_limit
+                    if share.strategy == QuotaShare.Strategy.LEND_AND_BORROW
+                    else None,
                     "in_share_preemption": share.in_share_preemption,
                     "fair_share_weight": share.fair_share_weight,
                     "state": share.state,
@@ -129,6 +132,12 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
             )
         )
         self.fields["fair_share_weight"].required = False
+        self.fields["borrow_limit"].required = False
+        self.fields[
+            "borrow_limit"
+        ].help_text = (
+            "LEND_AND_BORROW only: how much it may borrow, in percent of its limit; blank or -1: unlimited."
+        )
         if share is not None:
             self.fields["job_queue"].disabled = True
             self.fields["job_queue"].help_text = "A share stays in its queue."
@@ -181,6 +190,10 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
         raw = self.data.get("job_queue") or self.initial.get("job_queue")
         pk = raw if isinstance(raw, int) else int_param(raw, minimum=1)
         return JobQueue.objects.filter(pk=pk).first() if pk is not None else None
+
+    def clean_borrow_limit(self):
+        value = self.cleaned_data.get("borrow_limit")
+        return -1 if value is None else value
 
     def share_fields(self) -> dict:
         names = [
@@ -329,6 +342,10 @@ class TrainingPlanForm(forms.Form):
             "job_queue__name", "name"
         )
         self.fields["quota_shares"].required = False
+        # Two queues may each have a share called nlp: the queue's name tells them apart.
+        self.fields["quota_shares"].label_from_instance = lambda share: (
+            f"{share.job_queue.name} / {share.name}"
+        )
 
     def plan_fields(self) -> dict:
         return {

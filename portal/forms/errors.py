@@ -48,15 +48,24 @@ def add_errors(form: forms.Form, exc: ValidationError) -> None:
 def add_submission_errors(
     form: JobForm, formset: PreferenceFormSet, exc: ValidationError, entry_rows: list[int]
 ) -> None:
-    """Map a submission's errors: `instance_preferences[i].field` -> row `entry_rows[i]` of the formset."""
+    """Map a submission's errors: `instance_preferences[i].field` -> row `entry_rows[i]` of the formset.
+
+    A field the form already found at fault keeps its own error (the rules saw a stand-in for it), and
+    while the preference rows are not all valid, the list's own checks wait for them."""
     labels = _labels(form) | (_labels(formset.forms[0]) if formset.forms else {})
+    rows_ok = formset.is_valid()
     for key, messages in error_dict(exc).items():
         messages = [with_labels(message, labels) for message in messages]
         match = _PREFERENCE_KEY.match(key)
         if match is None:
+            key = key.split(".", 1)[0]  # payload.command: the payload field, whose message names the key
+            if key in form.errors:
+                continue
             target = key if key in form.fields else None
             for message in messages:
                 form.add_error(target, message)
+            continue
+        if not rows_ok:
             continue
         index, field_name = match.groups()
         for message in messages:

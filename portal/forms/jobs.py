@@ -4,6 +4,7 @@ only: the cross-row rules run in `job_services.job_submit`; `errors.add_submissi
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from django import forms
 
@@ -13,7 +14,9 @@ from scheduling import rules
 from scheduling.models import (
     MAX_ATTEMPT_DURATION_SECONDS,
     MAX_PREFERENCES,
+    EnvironmentCapacity,
     InstanceType,
+    JobQueue,
     QuotaShare,
     State,
     TrainingPlan,
@@ -78,7 +81,7 @@ class JobForm(forms.Form):
         initial=dict,
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="A JSON object, at most 64 KiB.",
+        help_text="A JSON object, at most 64 KiB, handed to the executor.",
     )
     client_token = forms.CharField(widget=forms.HiddenInput, required=False, max_length=64)
 
@@ -88,13 +91,40 @@ class JobForm(forms.Form):
         shares = QuotaShare.objects.filter(state=State.ENABLED, job_queue__state=State.ENABLED)
         if not user.is_staff:
             shares = shares.filter(team__memberships__user=user)
-        self.fields["quota_share"].queryset = shares.select_related("job_queue", "team").order_by(
-            "job_queue__name", "name"
+        self.fields["quota_share"].queryset = shares.select_related(
+            "job_queue__service_environment", "team"
+        ).order_by("job_queue__name", "name")
+
+    def selected_share(self) -> QuotaShare | None:
+        """The share the bound (or prefilled) form names, if the user may submit to it; one query."""
+        raw = (
+            self.data.get(self.add_prefix("quota_share"))
+            if self.is_bound
+            else self.initial.get("quota_share")
         )
+        share_id = int_param(None if raw is None else str(getattr(raw, "pk", raw)))
+        if share_id is None:
+            return None
+        return self.fields["quota_share"].queryset.filter(pk=share_id).first()
+
+    def queues(self):
+        """The enabled queues the user may submit to (through one of the offered shares)."""
+        return JobQueue.objects.filter(
+            pk__in=self.fields["quota_share"].queryset.values("job_queue_id")
+        ).select_related("service_environment")
 
     def clean_payload(self):
         payload = self.cleaned_data.get("payload")
         return {} if payload in (None, "") else payload
+
+
+def queue_instance_types(queues):
+    """The instance types the queues' environments have capacity of: all a preference row may name."""
+    return InstanceType.objects.filter(
+        pk__in=EnvironmentCapacity.objects.filter(service_environment__job_queue__in=queues).values(
+            "instance_type_id"
+        )
+    ).order_by("name")
 
 
 class PreferenceForm(forms.Form):
@@ -107,6 +137,16 @@ class PreferenceForm(forms.Form):
         required=False,
         empty_label="on-demand",
     )
+
+    def __init__(self, *args, queues=None, **kwargs):
+        """`queues`: offer only their instance types and training plans (the chosen share's queue, or every
+        queue the user may submit to)."""
+        super().__init__(*args, **kwargs)
+        if queues is not None:
+            self.fields["instance_type"].queryset = queue_instance_types(queues)
+            self.fields["training_plan"].queryset = self.fields["training_plan"].queryset.filter(
+                job_queue__in=queues
+            )
 
 
 class BasePreferenceFormSet(forms.BaseFormSet):
@@ -181,16 +221,37 @@ def with_preference_rows(data, rows: list[dict[str, str]]):
     return changed
 
 
-def job_submission(
-    form: JobForm, formset: PreferenceFormSet
-) -> tuple[job_services.JobSubmission, list[int]] | None:
-    """The submission the valid form and formset describe, and the row of each entry; None if invalid."""
+@dataclass(frozen=True)
+class CheckedSubmission:
+    """What the form describes, with field defaults standing in for the fields at fault, so that the
+    service's rules run in the same round as the field checks: `complete` when nothing stood in."""
+
+    submission: job_services.JobSubmission
+    rows: list[int]
+    complete: bool
+
+
+_STAND_INS = {
+    "name": "job",
+    "scheduling_priority": 0,
+    "retry_attempts": 1,
+    "preemption_retries_before_termination": None,
+    "max_pending_seconds": None,
+    "duration_seconds": None,
+    "payload": None,
+    "client_token": None,
+}
+
+
+def job_submission(form: JobForm, formset: PreferenceFormSet) -> CheckedSubmission | None:
+    """The submission the form and formset describe, and the row of each entry; None when even the share
+    is missing (no rule can be checked without it)."""
     form_ok, formset_ok = form.is_valid(), formset.is_valid()
-    if not (form_ok and formset_ok):
+    data = {**_STAND_INS, **form.cleaned_data}
+    share = data.get("quota_share")
+    if share is None:
         return None
     rows = formset.filled_rows()
-    data = form.cleaned_data
-    share = data["quota_share"]
     entries = [
         rules.PreferenceInput(
             instance_type=formset.forms[i].cleaned_data["instance_type"],
@@ -210,10 +271,10 @@ def job_submission(
         max_pending_seconds=data["max_pending_seconds"],
         duration_seconds=data["duration_seconds"],
         attempt_duration_seconds=data["attempt_duration_seconds"],
-        payload=data["payload"],
+        payload=data["payload"] if data["payload"] is not None else {},
         client_token=data["client_token"] or None,
     )
-    return submission, rows
+    return CheckedSubmission(submission, rows, complete=form_ok and formset_ok)
 
 
 class PriorityForm(forms.Form):

@@ -78,6 +78,21 @@ def kind_words(kind: str) -> str:
 
 
 @register.filter
+def reason_words(reason: str) -> str:
+    return presenters.reason_words(reason)
+
+
+@register.filter
+def attempt_exit(attempt) -> str:
+    return presenters.attempt_exit(attempt)
+
+
+@register.filter
+def event_kind_words(event) -> str:
+    return presenters.event_kind_words(event)
+
+
+@register.filter
 def event_text(event) -> str:
     return presenters.event_text(event)
 

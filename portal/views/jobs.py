@@ -27,7 +27,9 @@ from portal.forms.jobs import (
 )
 from portal.params import int_param
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
+from scheduling import rules
 from scheduling.errors import Conflict, DomainError, NotAllowed
+from scheduling.models import JobStatus
 from scheduling.selectors import estimates, events, jobs
 from scheduling.services import jobs as job_services
 
@@ -38,22 +40,30 @@ from scheduling.services import jobs as job_services
 @page
 def job_list(request):
     who = viewer(request)
-    form = JobFilterForm(request.GET or None, viewer=who)
-    filters = jobs.JobFilters()
+    query = request.GET.copy()
+    query.pop("page", None)
+    form = JobFilterForm(query or None, viewer=who)
+    mine = jobs.JobFilters(submitted_by_id=request.user.pk)
+    filters = mine if form.default_whose == "mine" else jobs.JobFilters()
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
+        whose = data["whose"] or form.default_whose
         filters = jobs.JobFilters(
             status=data["status"] or None,
             job_queue_id=data["job_queue"].pk if data["job_queue"] else None,
             share_id=data["quota_share"].pk if data["quota_share"] else None,
             team_id=data["team"].pk if data["team"] else None,
+            submitted_by_id=request.user.pk if whose == "mine" else None,
             search=data["q"],
         )
     paginator = Paginator(jobs.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
     page_obj = paginator.get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
-    context = {"form": form, "page_obj": page_obj, "query": query.urlencode()}
+    context = {
+        "form": form,
+        "page_obj": page_obj,
+        "query": query.urlencode(),
+        "mine": bool(filters.submitted_by_id),
+    }
     template = "portal/job_list.html"
     if htmx_target(request, ("job-table",)):
         template += "#job-table"
@@ -63,61 +73,109 @@ def job_list(request):
 # --- submitting ---------------------------------------------------------------------------------------------
 
 
-def _job_forms(request, data=None):
-    return (JobForm(data, user=request.user), PreferenceFormSet(data, prefix=PREFERENCE_PREFIX))
+def _job_forms(request, data=None, *, initial=None, rows=None):
+    """The form and its preference rows, which offer only the instance types and plans of the chosen
+    share's queue (of every queue the user may submit to, until a share is chosen)."""
+    form = JobForm(data, user=request.user, initial=initial or {})
+    share = form.selected_share()
+    queues = [share.job_queue] if share is not None else form.queues()
+    formset = PreferenceFormSet(data, prefix=PREFERENCE_PREFIX, initial=rows, form_kwargs={"queues": queues})
+    return form, formset, share
 
 
-def _render_job_form(request, form, formset, *, validated: bool, status: int = 200) -> HttpResponse:
+def _render_job_form(request, forms, *, validated: bool, status: int = 200) -> HttpResponse:
+    form, formset, share = forms
     return render(
         request,
         "portal/job_new.html",
-        {"form": form, "formset": formset, "quiet": not validated},
+        {"form": form, "formset": formset, "quiet": not validated, **_payload_needs(form, share)},
         status=status,
     )
 
 
+def _payload_needs(form, share) -> dict:
+    """What the payload must hold: for the chosen share's environment, or for each queue on offer."""
+    if share is not None:
+        return {"payload_needs": [rules.payload_requirement(share.job_queue.service_environment)]}
+    return {"payload_needs": [rules.payload_requirement(q.service_environment) for q in form.queues()]}
+
+
 def _check_submission(request, form, formset):
-    """Validate as `job_services.job_submit` will, without creating anything; (submission, rows)."""
+    """Validate as `job_services.job_submit` will, without creating anything, in one round: the field
+    checks and the service's rules together. (submission, rows), or None with the errors on the form."""
     built = job_submission(form, formset)
     if built is None:
         return None
-    submission, rows = built
     try:
-        job_services.job_submission_validate(user=request.user, submission=submission)
+        job_services.job_submission_validate(user=request.user, submission=built.submission)
     except NotAllowed as exc:
         form.add_error("quota_share", exc.message)
         return None
     except ValidationError as exc:
-        add_submission_errors(form, formset, exc, rows)
+        add_submission_errors(form, formset, exc, built.rows)
         return None
-    return submission, rows
+    if not built.complete:
+        return None
+    return built.submission, built.rows
 
 
 @page
 def job_new(request):
     """GET: an empty form. POST: add or remove a preference row (no JS), or submit."""
     if request.method == "GET":
-        form, formset = _job_forms(request)
-        return _render_job_form(request, form, formset, validated=False)
+        copied = _copy_of(request)
+        if copied is None:
+            return _render_job_form(request, _job_forms(request), validated=False)
+        initial, rows = copied
+        return _render_job_form(request, _job_forms(request, initial=initial, rows=rows), validated=False)
     action = request.POST.get("action", "submit")
     if action != "submit":
-        form, formset = _job_forms(request, _rows_changed(request.POST, action))
-        return _render_job_form(request, form, formset, validated=False)
-    form, formset = _job_forms(request, request.POST)
+        return _render_job_form(
+            request, _job_forms(request, _rows_changed(request.POST, action)), validated=False
+        )
+    forms = form, formset, _share = _job_forms(request, request.POST)
     checked = _check_submission(request, form, formset)
     if checked is None:
-        return _render_job_form(request, form, formset, validated=True, status=400)
+        return _render_job_form(request, forms, validated=True, status=400)
     submission, rows = checked
     try:
         job, created = job_services.job_submit(user=request.user, submission=submission)
     except ValidationError as exc:  # the rules ran again inside the service, and something changed meanwhile
         add_submission_errors(form, formset, exc, rows)
-        return _render_job_form(request, form, formset, validated=True, status=400)
+        return _render_job_form(request, forms, validated=True, status=400)
     except DomainError as exc:
         form.add_error(None, exc.message)
-        return _render_job_form(request, form, formset, validated=True, status=exc.status_code)
+        return _render_job_form(request, forms, validated=True, status=exc.status_code)
     messages.success(request, f"Submitted {job.name}." if created else f"{job.name} was already submitted.")
     return redirect("job_detail", job_id=job.pk)
+
+
+def _copy_of(request) -> tuple[dict, list[dict]] | None:
+    """`?copy=<job id>`: the form's fields and preference rows filled in from a job the user may see (a new
+    client token, so the copy is a new job); None without it or for a job they may not see."""
+    job_id = int_param(request.GET.get("copy"), minimum=1)
+    job = jobs.job_for_viewer(viewer=viewer(request), job_id=job_id) if job_id is not None else None
+    if job is None:
+        return None
+    initial = {
+        "name": job.name,
+        "quota_share": job.quota_share_id,
+        "scheduling_priority": job.scheduling_priority,
+        "retry_attempts": job.retry_attempts,
+        "preemption_retries_before_termination": job.preemption_retries_before_termination,
+        "max_pending_seconds": job.max_pending_seconds,
+        "duration_seconds": job.duration_seconds,
+        "payload": job.payload,
+    }
+    rows = [
+        {
+            "instance_type": entry.instance_type_id,
+            "instance_count": entry.instance_count,
+            "training_plan": entry.training_plan_id,
+        }
+        for entry in job.instance_preferences.all()
+    ]
+    return initial, rows
 
 
 def _rows_changed(data, action: str):
@@ -136,9 +194,11 @@ def _rows_changed(data, action: str):
 @page
 def job_new_rows(request):
     """htmx: the preference fieldset with a row added or removed, values kept, nothing validated."""
-    form, formset = _job_forms(request, _rows_changed(request.POST, request.POST.get("action", "")))
+    form, formset, share = _job_forms(request, _rows_changed(request.POST, request.POST.get("action", "")))
     return render(
-        request, "portal/job_new.html#preferences", {"form": form, "formset": formset, "quiet": True}
+        request,
+        "portal/job_new.html#preferences",
+        {"form": form, "formset": formset, "quiet": True, "oob": True, **_payload_needs(form, share)},
     )
 
 
@@ -146,7 +206,7 @@ def job_new_rows(request):
 @page
 def job_new_validate(request):
     """htmx: every field's error slot, filled by the same rules as a submission; creates nothing."""
-    form, formset = _job_forms(request, request.POST)
+    form, formset, share = _job_forms(request, request.POST)
     checked = _check_submission(request, form, formset)
     estimate = None
     if checked is not None:
@@ -155,7 +215,7 @@ def job_new_validate(request):
     return render(
         request,
         "portal/partials/job_form_errors.html",
-        {"form": form, "formset": formset, "estimate": estimate},
+        {"form": form, "formset": formset, "estimate": estimate, **_payload_needs(form, share)},
     )
 
 
@@ -205,10 +265,19 @@ def job_cancel(request, job_id: int):
     form = CancelForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         try:
-            job_services.job_cancel(job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"])
+            job = job_services.job_cancel(
+                job_id=job.pk, actor=request.user, reason=form.cleaned_data["reason"]
+            )
         except Conflict as exc:
             return _refused(request, job.pk, exc)
-        messages.success(request, f"Cancelled {job.name}.")
+        if job.status == JobStatus.STOPPING:
+            messages.success(
+                request,
+                f"Stopping {job.name}: its executor has until {job.stop_deadline:%H:%M:%S} UTC to stop it, "
+                "then it is cancelled.",
+            )
+        else:
+            messages.success(request, f"Cancelled {job.name}.")
         return redirect(reverse("job_detail", args=[job.pk]))
     if job.is_finished:
         return _refused(request, job.pk, Conflict(job_services.job_finished_message(job, "be cancelled")))

@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
+from scheduling.selectors import heartbeat as heartbeat_selectors
 from scheduling.selectors import overview as overview_selectors
 
 LIVE_REGION = "overview-live"
@@ -25,8 +26,8 @@ def overview(request):
     context = {
         "queues": queues,
         "now": now,
-        # A pass older than three beats means the scheduler (worker or beat) is not running.
-        "stale_before": now - timedelta(seconds=3 * settings.PASS_INTERVAL_SECONDS),
+        # Not a pass's age (a settled queue rightly runs none for hours): the heartbeats of beat and workers.
+        "silence": heartbeat_selectors.scheduler_silence(now=now),
         "refresh_seconds": refresh_seconds(),
     }
     template = "portal/overview.html"

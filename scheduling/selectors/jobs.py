@@ -17,6 +17,7 @@ class JobFilters:
     job_queue_id: int | None = None
     share_id: int | None = None
     team_id: int | None = None
+    submitted_by_id: int | None = None
     search: str = ""  # a job's id (exactly, with or without its `#`) or part of its name
 
 
@@ -43,6 +44,8 @@ def job_list(*, viewer: Viewer, filters: JobFilters):
         jobs = jobs.filter(quota_share_id=filters.share_id)
     if filters.team_id:
         jobs = jobs.filter(team_id=filters.team_id)
+    if filters.submitted_by_id:
+        jobs = jobs.filter(submitted_by_id=filters.submitted_by_id)
     jobs = _matching(jobs, filters.search)
     return (
         jobs.select_related(

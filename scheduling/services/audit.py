@@ -59,7 +59,8 @@ def config_change_record(
         k for k in set(before or {}) | set(after or {}) if (before or {}).get(k) != (after or {}).get(k)
     )
     who = getattr(actor, "username", None) or "system"
-    detail = f": {', '.join(changed)}" if action == "changed" else ""
+    # In words (`capacity limits`), as the events page and the admin show the message; the data keeps the names.
+    detail = f": {', '.join(name.replace('_', ' ') for name in changed)}" if action == "changed" else ""
     queue_id = _queue_id_of(obj)
     event = Event.objects.create(
         kind=EventKind.CONFIG_CHANGED,

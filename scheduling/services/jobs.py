@@ -99,6 +99,9 @@ def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission
         ),
         lambda: rules.validate_payload(submission.payload),
         lambda: _retry_rules_check(submission.retry_rules),
+        lambda: rules.validate_payload_runnable(
+            payload=submission.payload, environment=submission.job_queue.service_environment
+        ),
         # Field validators only: the database constraints stay the backstop (checking them here costs a
         # query each), and client_token races are settled by the unique constraint below.
         lambda: job.full_clean(

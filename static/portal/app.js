@@ -51,3 +51,42 @@ document.addEventListener("htmx:oobAfterSwap", (event) => {
     followErrorSlot(slot);
   }
 });
+
+// The preference rows come back with the chosen share's instance types (the element marked
+// `data-rows-refresh`). A row edited while that request was out would get back what it held before: the answer
+// is then dropped and asked for again with the rows as they are now. Once new rows are in, the form is checked
+// again, so their error slots say what the rules say.
+let rowEdits = 0;
+const countRowEdit = (event) => {
+  if (event.target.closest && event.target.closest("#preferences")) {
+    rowEdits += 1;
+  }
+};
+document.addEventListener("input", countRowEdit, true);
+document.addEventListener("change", countRowEdit, true);
+const rowsRefresher = (event) => {
+  const config = event.detail.requestConfig;
+  const elt = (config && config.elt) || event.detail.elt;
+  return elt && elt.hasAttribute && elt.hasAttribute("data-rows-refresh") ? elt : null;
+};
+document.addEventListener("htmx:beforeRequest", (event) => {
+  const elt = rowsRefresher(event);
+  if (elt) {
+    elt.dataset.editsAtRequest = String(rowEdits);
+  } else if (event.detail.target && event.detail.target.id === "preferences") {
+    rowEdits += 1; // a row added or removed meanwhile: a refresh sent before it is out of date
+  }
+});
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const elt = rowsRefresher(event);
+  if (elt && elt.dataset.editsAtRequest !== String(rowEdits)) {
+    event.detail.shouldSwap = false;
+    window.htmx.trigger(elt, "refresh-rows");
+  }
+});
+document.addEventListener("htmx:afterSwap", (event) => {
+  const form = rowsRefresher(event) && document.getElementById("job-form");
+  if (form) {
+    window.htmx.trigger(form, "change");
+  }
+});

@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from quotaportal_agent.agent import Agent
 from tests.agent.conftest import python, quick_config
 from tests.agent.fake_server import INSTANCE_TYPE
@@ -396,3 +398,20 @@ def test_the_agent_leaves_jobs_running_when_it_shuts_down(server, start_agent, t
     os.kill(pid, 0)  # still there
     saved = json.loads((tmp_path / "work" / "state.json").read_text())
     assert [(j["id"], j["attempt"], j["pid"]) for j in saved["jobs"]] == [(job, 1, pid)]
+
+
+def test_with_stop_jobs_on_exit_the_agent_stops_its_jobs_when_it_shuts_down(server, start_agent, tmp_path):
+    out, go = tmp_path / "runs", tmp_path / "go"
+    job = server.add_job({"command": python(WAIT_FOR_GO), "env": {"OUT": str(out), "GO": str(go)}})
+    running = start_agent(stop_jobs_on_exit=True, exit_grace_seconds=2.0)
+    wait_until(lambda: "RUNNING" in server.accepted(job), what="RUNNING")
+    (pid,) = [j.pid for j in running.agent.state.jobs.values()]
+
+    running.stop()
+
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the job's whole process group is gone
+    # how it ended is reported, now or (kept in the state file) by the next agent
+    saved = json.loads((tmp_path / "work" / "state.json").read_text())
+    kept = [j["id"] for j in saved["jobs"]] + [r["job_id"] for r in saved["outbox"]]
+    assert server.accepted(job)[-1] == "FAILED" or job in kept

@@ -47,7 +47,7 @@ def submission(**overrides) -> dict:
             {"instance_type": P5, "instance_count": 2},
             {"instance_type": P4, "instance_count": 2},
         ],
-        "payload": {"image": "registry.example.com/nlp/trainer:1"},
+        "payload": {"image": "registry.example.com/nlp/trainer:1", "command": ["python3", "train.py"]},
     }
     body.update(overrides)
     return body

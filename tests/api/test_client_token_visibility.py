@@ -11,7 +11,7 @@ from tests.factories import MembershipFactory
 pytestmark = pytest.mark.django_db
 
 JOBS = "/api/v1/jobs/"
-SECRET = {"image": "registry.example.com/nlp/secret-trainer:7", "token": "s3cr3t"}
+SECRET = {"image": "registry.example.com/nlp/secret-trainer:7", "token": "s3cr3t", "command": ["train"]}
 
 
 def test_a_former_member_repeating_a_client_token_gets_409_and_nothing_of_the_job(world, client_for):

@@ -53,6 +53,8 @@ def test_the_example_submits_a_batch_and_waits_until_every_job_is_placed(
         "0.05",
         "--timeout",
         "30",
+        "--command",
+        "python3 train.py --epochs 3",
     ]
 
     first = main(argv)

@@ -33,7 +33,10 @@ def test_member_submits_a_job_with_a_preference_list_and_a_plan(world, client_fo
         {"instance_type": P4, "instance_count": 2, "training_plan": None},
     ]
     assert body["attempts"] == []
-    assert body["payload"] == {"image": "registry.example.com/nlp/trainer:1"}
+    assert body["payload"] == {
+        "image": "registry.example.com/nlp/trainer:1",
+        "command": ["python3", "train.py"],
+    }
     job = Job.objects.get(pk=body["id"])
     assert job.instance_preferences.count() == 3
     assert Event.objects.filter(job=job, kind=EventKind.SUBMITTED).count() == 1
@@ -502,3 +505,35 @@ def test_job_preferences_stay_untouched_by_a_failed_patch(world, client_for):
     client_for(world.ana).patch(f"{JOBS}{job.pk}/", {"instance_preferences": []}, format="json")
 
     assert JobPreference.objects.filter(job=job).count() == 2
+
+
+def test_an_external_environment_refuses_a_job_without_payload_command_and_places_nothing(world, client_for):
+    client = client_for(world.ana)
+    response = client.post(JOBS, submission(payload={}), format="json")
+    assert response.status_code == 400
+    (message,) = response.json()["payload.command"]
+    assert message.startswith("payload.command is required: environment gpu-fleet runs jobs with an external")
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "payload,field",
+    [
+        ({"command": "python3 train.py"}, "payload.command"),
+        ({"command": []}, "payload.command"),
+        ({"command": ["python3", 3]}, "payload.command"),
+        ({"command": ["python3"], "env": {"SEED": 1}}, "payload.env"),
+    ],
+)
+def test_a_command_the_agent_could_not_run_is_a_400_naming_the_field(world, client_for, payload, field):
+    response = client_for(world.ana).post(JOBS, submission(payload=payload), format="json")
+    assert response.status_code == 400 and list(response.json()) == [field]
+    assert not Job.objects.exists()
+
+
+def test_a_simulated_environment_takes_any_payload(world, client_for):
+    environment = world.queue.service_environment
+    environment.executor = "simulated"
+    environment.save()
+    response = client_for(world.ana).post(JOBS, submission(payload={}), format="json")
+    assert response.status_code == 201, response.json()

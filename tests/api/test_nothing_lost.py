@@ -51,8 +51,12 @@ def event_kinds(client, job_id: int) -> list[str]:
 
 def test_deleting_a_share_cancels_its_jobs_and_the_submitter_still_reads_them_whole(world, client_for):
     ana, admin = client_for(world.ana), client_for(world.admin)
-    running = submit(ana, name="running", instance_preferences=on_demand(), payload={"secret": "s1"})
-    waiting = submit(ana, name="waiting", instance_preferences=on_demand(), payload={"secret": "s2"})
+    running = submit(
+        ana, name="running", instance_preferences=on_demand(), payload={"secret": "s1", "command": ["true"]}
+    )
+    waiting = submit(
+        ana, name="waiting", instance_preferences=on_demand(), payload={"secret": "s2", "command": ["true"]}
+    )
     placed(Job.objects.get(pk=running["id"]), count=1)
     disable(admin, f"{API}/quota-shares/{world.nlp.pk}/")
 
@@ -92,7 +96,7 @@ def test_a_deleted_shares_jobs_stay_hidden_from_other_teams(world, client_for):
 
 def test_deleting_a_queue_cancels_its_jobs_which_stay_readable_and_keeps_the_audit(world, client_for):
     ana, admin = client_for(world.ana), client_for(world.admin)
-    job = submit(ana, instance_preferences=on_demand(), payload={"keep": True})
+    job = submit(ana, instance_preferences=on_demand(), payload={"keep": True, "command": ["true"]})
     world.plan.delete()  # a plan no job names goes with its queue
     disable(admin, f"{API}/job-queues/{world.queue.pk}/")
 
@@ -104,7 +108,7 @@ def test_deleting_a_queue_cancels_its_jobs_which_stay_readable_and_keeps_the_aud
         JobStatus.CANCELLED,
         "training",
         "nlp",
-        {"keep": True},
+        {"keep": True, "command": ["true"]},
     )
     assert read["status_reason"] == "cancelled: queue training was deleted"
     assert event_kinds(ana, job["id"]) == [EventKind.CANCELLED, EventKind.SUBMITTED]

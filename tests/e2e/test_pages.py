@@ -54,6 +54,7 @@ def test_a_member_submits_three_preferences_and_sees_the_job_placed_without_relo
     page.fill("#id_pref-2-instance_count", "2")
     page.locator("#id_pref-2-instance_count").blur()
     expect(page.locator("#errors-pref-2-instance_count")).to_be_empty()
+    page.fill("#id_payload", '{"command": ["python3", "pretrain.py"]}')  # what gpu-fleet's executor runs
     page.click("button[value=submit]")
     page.wait_for_url(re.compile(r"/jobs/\d+/$"))
     expect(page.locator("#job-live")).to_contain_text("RUNNABLE")

@@ -102,7 +102,7 @@ def test_cancelling_asks_first_and_then_cancels(world, open_as, live_server, wid
     job = job_in(world.nlp, [(P5, 1)], name="cancel-me", user=world.ana)
     page = open_as("ana")
     page.goto(f"{live_server.url}/jobs/{job.pk}/")
-    page.get_by_role("link", name="Cancel job…").click()
+    page.get_by_role("button", name="Cancel job…").click()
     expect(page.locator("h1")).to_have_text("Cancel cancel-me?")
     shot(page, "job-cancel-confirm", width)
     page.fill("#id_reason", "wrong image")
@@ -134,7 +134,7 @@ def test_the_event_log_shows_what_a_configuration_change_changed(world, open_as,
     page = open_as("admin")
     page.goto(f"{live_server.url}/events/")
     row = page.locator("tr.event-config_changed").first
-    expect(row).to_contain_text(f"capacity_limits: {P4} 6 -> 4")
+    expect(row).to_contain_text(f"capacity limits: {P4} 6 -> 4")
     expect(row.locator(".kind")).to_have_text("configuration changed")
     expect(row.locator(".kind")).to_have_attribute("title", "CONFIG_CHANGED")
     shot(page, "events-diff", width)

@@ -288,9 +288,9 @@ def test_a_pass_with_nothing_to_do_on_a_busy_queue_is_cheap(django_assert_max_nu
 
     assert result.admitted == [] and result.preempted == []
     assert Event.objects.count() == events
-    # Shown with -s; the README quotes it.
+    # Shown with -s; docs/reliability.md quotes it.
     print(f"idle pass over 500 jobs: {seconds * 1000:.1f} ms, {len(captured.captured_queries)} queries")
-    assert seconds < 2.0  # generous: CI machines vary; the figure is in the README
+    assert seconds < 2.0  # generous: CI machines vary; the figure is in docs/reliability.md
 
 
 def test_a_request_whose_database_connection_dies_is_a_503_saying_retry(world, client_for):

@@ -89,11 +89,12 @@ def test_an_infinite_number_in_the_payload_is_a_400(world, client_for):
 def test_unicode_is_fine_in_a_payload_and_refused_in_a_name(world, client_for):
     client = client_for(world.ana)
 
-    stored = client.post(JOBS, submission(payload={"note": "données d'entraînement 😀"}), format="json")
+    payload = {"note": "données d'entraînement 😀", "command": ["python3", "entraîner.py"]}
+    stored = client.post(JOBS, submission(payload=payload), format="json")
     refused = client.post(JOBS, submission(name="entraînement"), format="json")
 
     assert stored.status_code == 201
-    assert stored.json()["payload"] == {"note": "données d'entraînement 😀"}
+    assert stored.json()["payload"] == payload
     assert refused.status_code == 400 and "name" in refused.json()
 
 

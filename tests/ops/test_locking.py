@@ -47,6 +47,7 @@ def test_a_submission_does_not_wait_for_the_pass_holding_the_queue_lock():
                 job_queue=queue,
                 quota_share=share,
                 instance_preferences=[rules.PreferenceInput(InstanceType.objects.get(name=P5), 1)],
+                payload={"command": ["python3", "train.py"]},
             ),
         )
     finally:

@@ -73,7 +73,7 @@ def test_usage_chart_carries_each_sample_forward_and_merges_equal_columns():
     chart = usage_chart(samples, start=START, end=START + week)
     assert len(boxes(chart.areas["owned"])) == 1
     assert chart.areas["lent"] == "" and chart.areas["borrowed"] == ""
-    assert chart.x_ticks[0][1] == START.strftime("%a %d")
+    assert chart.x_ticks[0][1] == START.strftime("%m-%d")
 
 
 def test_usage_chart_starts_at_the_first_sample_and_ignores_samples_outside_the_window():

@@ -26,13 +26,13 @@ def waiting(world):
 def test_job_page_says_when_a_waiting_job_is_likely_to_start(world, client_for, waiting):
     body = client_for(world.ana).get(reverse("job_detail", args=[waiting.pk])).content.decode()
     assert "likely to start around" in body
-    assert f"after 1 job ahead of you on {P5} end" in body
+    assert f"once 1 job on {P5} (running or placed before it) ends" in body
 
 
 def test_share_page_and_jobs_list_show_the_likely_start(world, client_for, waiting):
     share_page = client_for(world.ana).get(reverse("share_detail", args=[world.nlp.pk])).content.decode()
     assert "Likely start" in share_page and "likely to start around" in share_page
-    jobs_list = client_for(world.ana).get(reverse("job_list")).content.decode()
+    jobs_list = client_for(world.ana).get(reverse("job_list"), {"whose": "all"}).content.decode()
     assert "likely to start around" in jobs_list
 
 
@@ -42,7 +42,9 @@ def test_api_gives_estimated_start_with_its_basis(world, client_for, waiting):
     api = APIClient()
     api.force_authenticate(world.ana)
     body = api.get(f"/api/v1/jobs/{waiting.pk}/").json()
-    assert body["estimated_start"]["basis"].startswith(f"after 1 job ahead of you on {P5} end")
+    assert body["estimated_start"]["basis"].startswith(
+        f"once 1 job on {P5} (running or placed before it) ends"
+    )
     assert body["estimated_start"]["earliest"] is not None
 
 

@@ -3,13 +3,15 @@ and a job's page with its reason, position, attempts, events and actions."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
-from scheduling.models import Event, EventKind, InstanceType, Job, JobStatus
+from scheduling.models import EnvironmentCapacity, Event, EventKind, InstanceType, Job, JobStatus
 from scheduling.services.executor import job_report
 from scheduling.services.jobs import job_cancel
-from tests.factories import job_in
+from tests.factories import JobQueueFactory, ServiceEnvironmentFactory, job_in
 from tests.pages.conftest import G5, P4, P5, htmx_headers
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +25,7 @@ def form_data(world, rows, **fields):
         "quota_share": world.nlp.pk,
         "scheduling_priority": 0,
         "retry_attempts": 1,
-        "payload": "{}",
+        "payload": '{"command": ["python3", "train.py"]}',
         "client_token": "token-1",
         "pref-TOTAL_FORMS": len(rows),
         "pref-INITIAL_FORMS": 0,
@@ -44,7 +46,7 @@ def form_data(world, rows, **fields):
 def test_job_list_shows_a_member_only_their_teams_jobs(world, client_for):
     job_in(world.nlp, [(P5, 1)], name="nlp-job")
     job_in(world.vision, [(G5, 1)], name="vision-job")
-    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+    html = client_for(world.ana).get(reverse("job_list"), {"whose": "all"}).content.decode()
     assert "nlp-job" in html and "vision-job" not in html and "1 job of your teams" in html
     staff = client_for(world.admin).get(reverse("job_list")).content.decode()
     assert "nlp-job" in staff and "vision-job" in staff
@@ -69,7 +71,7 @@ def test_job_list_filters_by_status_queue_share_and_team(world, client_for):
 def test_job_list_paginates_and_answers_htmx_with_the_table(world, client_for, settings):
     settings.PAGE_LIST_SIZE = 2
     for i in range(5):
-        job_in(world.nlp, [(P5, 1)], name=f"job-{i}")
+        job_in(world.nlp, [(P5, 1)], name=f"job-{i}", user=world.ana)
     client = client_for(world.ana)
     first = client.get(reverse("job_list")).content.decode()
     assert "Page 1 of 3" in first and 'href="?page=2"' in first and 'hx-get="?page=2"' in first
@@ -100,7 +102,7 @@ def test_job_list_says_briefly_why_each_job_waits_with_the_whole_reason_in_its_t
     reason = Job.objects.select_related("pending").get(pk=waits.pk).current_reason
     assert len(reason) > 90
 
-    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+    html = client_for(world.ana).get(reverse("job_list"), {"whose": "all"}).content.decode()
 
     assert "<th>Why</th>" in html
     assert f'title="{reason}"' in html.replace("&#x27;", "'")
@@ -110,7 +112,7 @@ def test_job_list_says_briefly_why_each_job_waits_with_the_whole_reason_in_its_t
 def test_job_list_names_the_training_plan_a_job_runs_on(world, client_for):
     job_in(world.nlp, [(P5, 2, world.plan)], name="on-the-plan")
     world.run_pass()
-    html = client_for(world.ana).get(reverse("job_list")).content.decode()
+    html = client_for(world.ana).get(reverse("job_list"), {"whose": "all"}).content.decode()
     assert "ml.p5.48xlarge x2, plan nlp-p5-december" in html
 
 
@@ -172,19 +174,61 @@ def test_validate_endpoint_fills_error_slots_with_the_rules_messages_and_creates
     assert 'id="errors-name" hx-swap-oob="true"></ul>' in html  # a valid field's slot is emptied
 
 
-def test_validate_endpoint_names_repeated_entries_and_bad_fields(world, client_for):
+def test_validate_endpoint_names_repeated_entries_and_bad_fields_in_one_round(world, client_for):
     data = form_data(world, [(P5, 1, None), (P5, 2, None)], name="bad name!", payload="[1]")
     html = (
         client_for(world.ana).post(reverse("job_new_validate"), data, headers=htmx_headers()).content.decode()
     )
     assert "Use 1 to 128 letters" in html
-    # The field rules stop before the cross-row ones: fix the name and payload, and the repeat is named.
-    data = form_data(world, [(P5, 1, None), (P5, 2, None)])
-    html = (
-        client_for(world.ana).post(reverse("job_new_validate"), data, headers=htmx_headers()).content.decode()
-    )
+    # The field rules and the cross-row ones answer together: the repeat is named at once.
     row = html[html.index('id="errors-pref-1"') :]
     assert "repeats entry 0" in row[:300]
+    payload_slot = html[html.index('id="errors-payload"') :]
+    assert "JSON object" in payload_slot[:300] and "payload.command" not in payload_slot[:300]
+
+
+def test_submitting_with_a_bad_field_names_every_fault_in_one_round(world, client_for):
+    data = form_data(world, [(P5, 1, None), (P5, 2, None)], name="bad name!", payload="{}")
+    response = client_for(world.ana).post(reverse("job_new"), data)
+    html = response.content.decode()
+    assert response.status_code == 400 and not Job.objects.exists()
+    assert (
+        "Use 1 to 128 letters" in html and "repeats entry 0" in html and "payload.command is required" in html
+    )
+
+
+def test_an_external_environment_refuses_a_payload_without_a_command_and_places_nothing(world, client_for):
+    response = client_for(world.ana).post(reverse("job_new"), form_data(world, [(P5, 1, None)], payload="{}"))
+    html = response.content.decode()
+    assert response.status_code == 400 and not Job.objects.exists()
+    slot = html[html.index('id="errors-payload"') :][:600]
+    assert "payload.command is required: environment gpu-fleet runs jobs with an external executor" in slot
+
+
+def test_the_form_says_what_the_payload_needs_on_the_chosen_shares_environment(world, client_for):
+    client = client_for(world.ana)
+    html = client.get(reverse("job_new")).content.decode()
+    needs = html[html.index('id="payload-needs"') :][:800]
+    assert "Environment gpu-fleet runs jobs as real processes: the payload needs payload.command" in needs
+    data = form_data(world, [(P5, 1, None)], action="refresh")
+    rows = client.post(reverse("job_new_rows"), data, headers=htmx_headers("preferences")).content.decode()
+    assert 'id="payload-needs" class="payload-needs" hx-swap-oob="true"' in rows
+    assert "gpu-fleet runs jobs as real processes" in rows
+
+
+def test_preference_rows_offer_only_the_chosen_queues_instance_types(world, client_for):
+    other = ServiceEnvironmentFactory(name="elsewhere")
+    EnvironmentCapacity.objects.create(
+        service_environment=other,
+        instance_type=InstanceType.objects.create(name="ml.trn1.32xlarge"),
+        max_capacity=2,
+    )
+    JobQueueFactory(name="other-queue", service_environment=other)
+    client = client_for(world.ana)
+    rows = client.post(
+        reverse("job_new_rows"), form_data(world, [(P5, 1, None)], action="refresh"), headers=htmx_headers()
+    ).content.decode()
+    assert P5 in rows and "ml.trn1.32xlarge" not in rows
 
 
 def test_a_member_cannot_submit_to_another_teams_share(world, client_for):
@@ -208,7 +252,8 @@ def test_rows_are_added_and_removed_in_place_keeping_what_was_typed(world, clien
         'name="pref-0-instance_count" value="2"' in removed
         and 'name="pref-1-instance_count" value="7"' in removed
     )
-    assert "errors-pref" in removed and "<li>" not in removed  # nothing validated while rows change
+    # nothing validated while rows change: every error slot is empty
+    assert "errors-pref" in removed and not re.search(r'id="errors-[^"]*">\s*<li>', removed)
 
 
 def test_rows_stop_at_five_and_work_without_javascript(world, client_for):
@@ -288,7 +333,9 @@ def test_cancelling_asks_for_confirmation_first(world, client_for):
     job = job_in(world.nlp, [(P5, 1)], name="mine", user=world.ana)
     client = client_for(world.ana)
     page = client.get(reverse("job_detail", args=[job.pk])).content.decode()
-    assert f'href="{reverse("job_cancel", args=[job.pk])}"' in page
+    # a real button, first among the actions
+    assert f'action="{reverse("job_cancel", args=[job.pk])}"' in page
+    assert page.index('class="danger cancel-button">Cancel job…</button>') < page.index("Change priority")
     confirm = client.get(reverse("job_cancel", args=[job.pk])).content.decode()
     assert "Cancel mine?" in confirm and "Yes, cancel mine" in confirm and "No, keep it" in confirm
     job.refresh_from_db()
@@ -361,14 +408,18 @@ def test_job_pages_keep_their_query_budgets(world, client_for, django_assert_max
             client.get(reverse("job_detail", args=[job.pk]), headers=htmx_headers("job-live")).status_code
             == 200
         )
-    with django_assert_max_num_queries(5):  # session + user, and the choices: shares, instance types, plans
+    # session + user, the choices (shares, instance types, plans), and the queues on offer, for what their
+    # environments need in a payload
+    with django_assert_max_num_queries(6):
         assert client.get(reverse("job_new")).status_code == 200
     data = form_data(world, [(P5, 1, None), (P4, 1, None), (G5, 1, None)])
     with django_assert_max_num_queries(
         15
     ):  # the chosen rows' lookups, then the rules' reads for the whole list
         assert client.post(reverse("job_new_validate"), data, headers=htmx_headers()).status_code == 200
-    with django_assert_max_num_queries(7):  # the choices are read once for every row
+    with django_assert_max_num_queries(
+        8
+    ):  # the chosen share, and its queue's choices read once for every row
         assert (
             client.post(
                 reverse("job_new_rows"), {**data, "action": "add"}, headers=htmx_headers("preferences")

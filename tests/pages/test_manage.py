@@ -326,3 +326,31 @@ def test_environment_form_links_executor_accounts_audited_and_the_page_names_the
     data["executor_accounts"] = []
     assert client_for(world.admin).post(url, data).status_code == 302
     assert not environment.executor_accounts.exists()
+
+
+def test_share_form_says_a_blank_limit_is_zero_as_the_engine_and_the_sums_count_it(world, client_for):
+    client = client_for(world.admin)
+    page = client.get(reverse("manage_share_edit", args=[world.nlp.pk])).content.decode()
+    assert "no limit for that type" not in page
+    assert "a blank limit is 0: the share owns none of that type" in page
+    # the sums beside it agree: nlp's P4 left blank counts as 0 in "This share"
+    live = client.post(
+        reverse("manage_share_edit_check", args=[world.nlp.pk]),
+        share_data(world, name="nlp", strategy="RESERVE", limits={P5: 4}),
+        headers=htmx_headers("limit-sums"),
+    ).content.decode()
+    p4_row = live[live.index(f'<th scope="row">{P4}</th>') :][:400]
+    assert '<td class="num" data-label="This share">0</td>' in p4_row
+
+
+def test_a_reserve_share_shows_no_borrow_limit_in_its_form_or_the_admin(world, client_for):
+    world.admin.is_superuser = True
+    world.admin.save()
+    client = client_for(world.admin)
+    assert world.nlp.strategy == "RESERVE" and world.nlp.borrow_limit == -1
+    form = client.get(reverse("manage_share_edit", args=[world.nlp.pk])).content.decode()
+    field = form[form.index('name="borrow_limit"') - 200 :][:400]
+    assert 'value="-1"' not in field
+    listing = client.get(reverse("admin:scheduling_quotashare_changelist")).content.decode()
+    nlp_row = listing[listing.index(">nlp</a>") :][:1500]
+    assert "— (does not borrow)" in nlp_row and '<td class="field-borrowing">-1</td>' not in nlp_row

@@ -9,8 +9,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling.models import Job
+from scheduling.models import Heartbeat, Job, SchedulingPass
 from scheduling.selectors import overview
+from scheduling.services.heartbeat import heartbeat_record
 from tests.factories import job_in
 from tests.pages.conftest import G5, P4, P5, htmx_headers
 
@@ -155,8 +156,64 @@ def test_overview_reads_a_constant_number_of_queries_whatever_the_jobs(
     many_jobs(world, jobs)
     client = client_for(world.ana)
     assert Job.objects.count() == 2 * jobs + 1
-    # session + user, viewer, queues, passes, teams, pending (3), evictions, queue_usage (6 + plans)
-    with django_assert_max_num_queries(17):
+    # session + user, viewer, queues, passes, teams, pending (3), evictions, queue_usage (6 + plans), heartbeats
+    with django_assert_max_num_queries(18):
         assert client.get("/").status_code == 200
-    with django_assert_max_num_queries(17):
+    with django_assert_max_num_queries(18):
         assert client.get("/", headers=htmx_headers("overview-live")).status_code == 200
+
+
+# --- is the scheduler running? ------------------------------------------------------------------------------
+
+
+def heard(component: str, seconds_ago: float) -> None:
+    heartbeat_record(component=component, now=timezone.now() - timedelta(seconds=seconds_ago))
+
+
+def test_a_settled_queue_whose_last_pass_is_old_raises_no_alarm_while_beat_and_workers_beat(
+    world, client_for, settings
+):
+    settings.HEARTBEAT_SILENT_SECONDS = 60
+    job_in(world.nlp, [(P5, 1)], name="placed-long-ago")
+    world.run_pass()
+    SchedulingPass.objects.update(started_at=timezone.now() - timedelta(hours=3))
+    heard("beat", 5)
+    heard("worker", 7)
+    html = client_for(world.ana).get("/").content.decode()
+    assert "Last pass" in html and "a settled queue runs none until something changes" in html
+    assert "scheduler-silent" not in html and "is the scheduler" not in html
+
+
+def test_a_silent_beat_is_named_as_the_beat(world, client_for, settings):
+    settings.HEARTBEAT_SILENT_SECONDS = 60
+    heard("beat", 300)
+    heard("worker", 300)
+    html = client_for(world.ana).get("/").content.decode()
+    assert 'data-silent="beat"' in html and "The beat has been silent for 5 min" in html
+    assert "Is celery beat running?" in html
+
+
+def test_silent_workers_are_named_as_the_workers_while_the_beat_sends(world, client_for, settings):
+    settings.HEARTBEAT_SILENT_SECONDS = 60
+    heard("beat", 3)
+    heard("worker", 600)
+    html = client_for(world.ana).get("/", headers=htmx_headers("overview-live")).content.decode()
+    assert 'data-silent="workers"' in html
+    assert "The beat is sending tasks, but no worker has run one for 10 min" in html
+
+
+def test_a_beat_never_heard_from_says_so(world, client_for):
+    html = client_for(world.ana).get("/").content.decode()
+    assert "The beat has never been heard from" in html
+
+
+def test_the_heartbeat_task_records_the_worker_and_publishing_it_records_the_beat(world, settings):
+    from quotaportal.celery import beat_heartbeat
+    from scheduling import tasks
+
+    tasks.heartbeat.apply()
+    beat_heartbeat(sender="scheduling.tasks.run_all_passes")  # another task: no beat heartbeat
+    assert set(Heartbeat.objects.values_list("component", flat=True)) == {"worker"}
+    beat_heartbeat(sender="scheduling.tasks.heartbeat")
+    assert set(Heartbeat.objects.values_list("component", flat=True)) == {"worker", "beat"}
+    assert "heartbeat" in settings.CELERY_BEAT_SCHEDULE

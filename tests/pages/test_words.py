@@ -26,8 +26,8 @@ def test_a_capacity_change_shows_before_and_after_on_the_event_log(world, client
         actor=world.admin,
     )
     html = client_for(world.admin).get(reverse("event_log")).content.decode()
-    assert f"capacity_limits: {P4} 6 -&gt; 4" in html
-    assert "borrow_limit: 100 -&gt; 50" in html
+    assert f"capacity limits: {P4} 6 -&gt; 4" in html and "capacity_limits" not in html
+    assert "borrow limit: 100 -&gt; 50" in html
     assert 'title="CONFIG_CHANGED">configuration changed</span>' in html
 
 
@@ -42,9 +42,9 @@ def test_change_lines_name_added_and_removed_entries():
         },
     }
     assert change_lines(changes) == [
-        "capacity_limits: a 4 -> 6, b none -> 2",
-        "in_share_preemption: no -> yes",
-        "quota_shares: added vision; removed nlp",
+        "capacity limits: a 4 -> 6, b none -> 2",
+        "in share preemption: no -> yes",
+        "quota shares: added vision; removed nlp",
     ]
     assert change_lines({"action": "created", "before": None, "after": {"x": 1}}) == []
 
@@ -98,3 +98,50 @@ def test_the_admin_names_things_in_plain_english():
     assert SchedulingPass._meta.verbose_name_plural == "scheduling passes"
     assert EnvironmentCapacity._meta.verbose_name_plural == "environment capacities"
     assert all(not model._meta.verbose_name_plural.endswith("ss") for model in admin.site._registry)
+
+
+def test_a_priority_change_reads_as_one_and_the_admin_says_fifo_as_the_product_does(world, client_for):
+    from scheduling.services.jobs import job_set_priority
+    from tests.factories import job_in
+    from tests.pages.conftest import P5
+
+    job = job_in(world.nlp, [(P5, 1)], name="reprioritised", user=world.ana)
+    job_set_priority(job_id=job.pk, priority=7, actor=world.ana)
+    html = client_for(world.ana).get(reverse("job_detail", args=[job.pk])).content.decode()
+    assert 'title="CONFIG_CHANGED">priority changed</span>' in html and "priority: 0 -&gt; 7" in html
+    world.admin.is_superuser = True
+    world.admin.save()
+    admin_html = client_for(world.admin).get(
+        reverse("admin:scheduling_jobqueue_change", args=[world.queue.pk])
+    )
+    text = admin_html.content.decode()
+    assert ">FIFO</option>" in text and "Fifo" not in text and "Fair Share" not in text
+
+
+def test_a_configuration_change_message_names_fields_in_words(world, client_for):
+    p4, g5 = InstanceType.objects.get(name=P4), InstanceType.objects.get(name=G5)
+    quota_share_update(
+        share=world.vision,
+        changes={"borrow_limit": 50},
+        limits=[LimitInput(p4, 4), LimitInput(g5, 8)],
+        actor=world.admin,
+    )
+    world.admin.is_superuser = True
+    world.admin.save()
+    admin_html = client_for(world.admin).get(reverse("admin:scheduling_event_changelist")).content.decode()
+    assert "capacity limits" in admin_html and "capacity_limits" not in admin_html
+
+
+def test_dates_read_in_one_style_and_relative_times_carry_it_in_their_title(world, client_for):
+    import re as re_
+
+    from tests.factories import job_in
+    from tests.pages.conftest import P5
+
+    job = job_in(world.nlp, [(P5, 1)], name="dated", user=world.ana)
+    world.run_pass()
+    html = client_for(world.ana).get(reverse("job_detail", args=[job.pk])).content.decode()
+    shown = re_.findall(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{1,2}\b", html)
+    assert shown == []  # no "Dec 5 ..." beside "2026-12-05 ..."
+    assert re_.search(r">\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}<", html)  # the attempt's and events' times
+    assert re_.search(r'title="\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC">\d+ s ago</time>', html)

@@ -110,7 +110,7 @@ def test_admin_change_is_audited_with_before_and_after(staff_client, queue):
     assert event.actor.username == "root" and event.quota_share_id == share.pk
     assert event.data["before"]["capacity_limits"] == {P5: 2}
     assert event.data["after"]["capacity_limits"] == {P5: 5}
-    assert event.message == "root changed quota share nlp: capacity_limits"
+    assert event.message == "root changed quota share nlp: capacity limits"
 
 
 def test_admin_environment_capacity_cannot_drop_below_limits(staff_client, queue):

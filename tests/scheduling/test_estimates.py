@@ -96,7 +96,7 @@ def test_estimates_are_stored_beside_the_pending_reason(nlp, django_assert_max_n
     # far starts are found on a thinner clock: within 10% of the time ahead (`simulator.estimate.pass_clock`)
     assert 0 <= (pending.estimated_earliest - expected).total_seconds() <= 0.1 * 1800 + 5
     assert pending.estimated_latest == pending.estimated_earliest
-    assert pending.estimate_basis.startswith(f"after 1 job ahead of you on {P5} end")
+    assert pending.estimate_basis.startswith(f"once 1 job on {P5} (running or placed before it) ends")
     assert pending.estimated_at is not None
 
 

@@ -221,7 +221,7 @@ def submit(member, queue, share, entries, **fields):
             instance_preferences=[
                 rules.PreferenceInput(InstanceTypeFactory(name=t), n, p) for t, n, p in entries
             ],
-            **fields,
+            **{"payload": {"command": ["python3", "train.py"]}, **fields},
         ),
     )
 

@@ -42,6 +42,7 @@ def submit(nlp, user, name="train"):
             job_queue=nlp.job_queue,
             quota_share=nlp,
             instance_preferences=[rules.PreferenceInput(InstanceTypeFactory(name=P5), 1)],
+            payload={"command": ["python3", "train.py"]},
         ),
     )[0]
 
@@ -194,6 +195,7 @@ def test_beat_passes_a_queue_when_a_pending_timeout_falls_due(nlp, beat, settle)
             quota_share=nlp,
             instance_preferences=[rules.PreferenceInput(InstanceTypeFactory(name=P5), 4)],
             max_pending_seconds=600,
+            payload={"command": ["python3", "train.py"]},
         ),
     )[0]
     settle(nlp.job_queue_id)

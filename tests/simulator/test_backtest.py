@@ -1,5 +1,5 @@
 """The estimate backtest in its short form: a Philly slice, snapshots every two hours, scored against the
-replay's own starts (the full figures are in README "Estimated start times")."""
+replay's own starts (the full figures are in docs/replay.md, "Estimated start times, backtested")."""
 
 from io import StringIO
 from pathlib import Path

@@ -48,8 +48,10 @@ def test_known_queue_is_estimated_exactly():
     assert run.estimates[3].earliest == NOW + minutes(50)
     # declared durations are exact: the window is a point
     assert all(e.latest == e.earliest for e in run.estimates.values())
-    assert run.estimates[1].basis == f"after 1 job ahead of you on {P5} end, around 12:20 UTC"
-    assert run.estimates[3].basis.startswith(f"after 3 jobs ahead of you on {P5} end")
+    assert (
+        run.estimates[1].basis == f"once 1 job on {P5} (running or placed before it) ends, around 12:20 UTC"
+    )
+    assert run.estimates[3].basis.startswith(f"once 3 jobs on {P5} (running or placed before it) end")
 
 
 def test_latest_widens_by_the_spread_of_declared_durations():

@@ -275,6 +275,7 @@ def submit(queue_id: int, user) -> None:
             job_queue=queue,
             quota_share=share,
             instance_preferences=[rules.PreferenceInput(InstanceType.objects.get(name=TYPES[0]), 1)],
+            payload={"command": ["true"]},  # an external environment refuses a job without one
         ),
     )
 
