@@ -61,6 +61,9 @@ JOB_COLUMNS = (
     "stop_reason",
     "nominated_entry",
     "nominated_victims",
+    "roster_at",
+    "not_before",
+    "start_timeouts",
 )
 
 
@@ -205,6 +208,9 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             _stop_reason,
             nominated_entry,
             nominated_victims,
+            _roster_at,
+            _not_before,
+            _start_timeouts,
         ) = row
         index.jobs[job_id] = row
         status = statuses[status]

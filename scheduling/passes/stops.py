@@ -32,6 +32,9 @@ PROTOCOL_FIELDS = (
     "stop_reason",
     "nominated_entry",
     "nominated_victims",
+    "roster_at",
+    "not_before",
+    "start_timeouts",
 )
 
 
@@ -44,6 +47,7 @@ def untaken_fields() -> dict:
         stop_deadline=None,
         stop_outcome="",
         stop_reason="",
+        roster_at=None,
     )
 
 

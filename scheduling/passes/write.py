@@ -37,6 +37,7 @@ from scheduling.passes.stops import (
     stopping_fields,
     untaken_fields,
 )
+from scheduling.passes.tasks import tasks_close
 
 decision_logger = logging.getLogger("quotaportal.scheduling.decisions")
 _SHARE, _REASON, _POSITION, _TEAM = (
@@ -403,6 +404,7 @@ def decisions_write(
         where_null="stopped_at",
     )
     rows_update(model=Job, fields=_FULL_FIELDS, rows=changed)
+    tasks_close(stopped, now=now)
     rows_delete(PendingState, stale)
     # In key order, so the new rows append to the primary key's index rather than land all over it.
     rows_insert(PendingState, sorted(waiting, key=operator.itemgetter("job_id")))

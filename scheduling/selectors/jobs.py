@@ -127,3 +127,46 @@ def job_untaken_reason(job: Job, *, now: datetime) -> str:
             f" and it needs {count}: it waits for one with room"
         )
     return "an executor asking for this work takes it at its next poll"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What one executor's last poll said: the type it asks for ("" any), its free and total slots."""
+
+    name: str
+    instance_type: str
+    free: int | None
+    total: int | None
+    gang_capable: bool
+
+
+def executor_offers(*, environment: ServiceEnvironment, now: datetime) -> list[Offer]:
+    """The environment's executors seen in the last OFFER_FRESH_SECONDS, with what they offer. One query."""
+    return [
+        Offer(*row)
+        for row in Executor.objects.filter(
+            service_environment=environment, last_seen_at__gte=now - timedelta(seconds=OFFER_FRESH_SECONDS)
+        )
+        .order_by("name")
+        .values_list("name", "offered_instance_type", "offered_slots", "total_slots", "gang_capable")
+    ]
+
+
+def offers_text(offers: list[Offer], *, type_name: str, count: int) -> str:
+    """What the executors polling for the type offer now, and whether they could ever hold `count` instances
+    (executors that take tasks together, any other alone)."""
+    offers = [offer for offer in offers if offer.instance_type in ("", type_name)]
+    if not offers:
+        return f"no executor has asked for {type_name} work in the last {OFFER_FRESH_SECONDS // 60} minutes"
+    free = sum(offer.free or 0 for offer in offers)
+    text = f"{len(offers)} executor(s) asking for {type_name} work offer {free} free slot(s)"
+    if all(offer.total is not None for offer in offers):
+        together = sum(offer.total for offer in offers if offer.gang_capable)
+        alone = max((offer.total for offer in offers if not offer.gang_capable), default=0)
+        most = max(together, alone)
+        if count > most:
+            text += (
+                f"; it needs {count} instances but they can hold at most {most}: it cannot start until "
+                "executors with more room come"
+            )
+    return text
