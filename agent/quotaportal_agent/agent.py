@@ -33,6 +33,7 @@ REASON_CHARS = 2000
 OUTPUT_TAIL_CHARS = 65536
 EXIT_CODES = range(-(2**31), 2**31)
 REFUSED_PREFIX = "the server refused this attempt's report"
+GO_PAUSE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,11 @@ class Agent:
                     # The next poll offers the slots these starts leave: wait until they are placed.
                     self.work_handled.wait(timeout=5.0)
             if not work["start"]:
-                # A stop is repeated on every poll until it is reported: do not spin on it.
-                self.shutdown.wait(max(0.0, self.config.min_poll_seconds - (time.monotonic() - began)))
+                # A stop is repeated on every poll until it is reported, a go until the task's RUNNING is: do
+                # not spin on them. A go is answered within moments (the process is started at once), so the
+                # pause after one is short: a stop arriving meanwhile must not wait a whole poll interval.
+                pause = GO_PAUSE_SECONDS if work.get("go") and not work["stop"] else self.config.min_poll_seconds
+                self.shutdown.wait(max(0.0, pause - (time.monotonic() - began)))
 
     def tasks_query(self) -> dict[str, Any] | None:
         """What a poll that asks for tasks says of this host (None: the agent takes only whole jobs)."""
