@@ -196,7 +196,9 @@ class Agent:
                 # A stop is repeated on every poll until it is reported, a go until the task's RUNNING is: do
                 # not spin on them. A go is answered within moments (the process is started at once), so the
                 # pause after one is short: a stop arriving meanwhile must not wait a whole poll interval.
-                pause = GO_PAUSE_SECONDS if work.get("go") and not work["stop"] else self.config.min_poll_seconds
+                pause = (
+                    GO_PAUSE_SECONDS if work.get("go") and not work["stop"] else self.config.min_poll_seconds
+                )
                 self.shutdown.wait(max(0.0, pause - (time.monotonic() - began)))
 
     def tasks_query(self) -> dict[str, Any] | None:
