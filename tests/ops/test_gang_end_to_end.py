@@ -87,17 +87,20 @@ class Fleet:
     def submit(
         self, share: str, count: int, mode: str, seconds: float, env: dict | None = None, **fields
     ) -> int:
+        command = [PYTHON, GANG_SCRIPT, str(self.log), mode, str(seconds)]
+        return self.submit_command(share, count, command, env, name=f"{mode}-{share}-{count}", **fields)
+
+    def submit_command(
+        self, share: str, count: int, command: list[str], env: dict | None = None, **fields
+    ) -> int:
         import requests
 
         body = {
-            "name": f"{mode}-{share}-{count}",
+            "name": f"{share}-{count}",
             "job_queue": self.queue_name,
             "quota_share": share,
             "instance_preferences": [{"instance_type": self.type_name, "instance_count": count}],
-            "payload": {
-                "command": [PYTHON, GANG_SCRIPT, str(self.log), mode, str(seconds)],
-                "env": env or {},
-            },
+            "payload": {"command": command, "env": env or {}},
             **fields,
         }
         response = requests.post(
@@ -439,3 +442,62 @@ def note_time(lines: Path, job: int, what: str) -> float:
         if int(j) == job and said.split(" ")[0] == what:
             return float(moment)
     raise AssertionError(f"job {job} never wrote {what}")
+
+
+def preempted_training_resumes_and_converges(make_fleet, tag: str, command: list[str], steps: int) -> None:
+    """A training job on two hosts is reclaimed halfway: rank 0 checkpoints on SIGTERM, and the next attempt
+    resumes from that step and ends with the same weights on both hosts, close to y = 3x + 2."""
+    fleet = make_fleet(
+        tag,
+        grace=20,
+        lease=30,
+        deadline=120,
+        shares={"owner": (QuotaShare.Strategy.LEND, 1), "borrower": (QuotaShare.Strategy.LEND_AND_BORROW, 1)},
+    )
+    for name in ("a", "b"):
+        fleet.start_agent(name, 1, "--gpus-per-instance", "0")
+    checkpoints = fleet.tmp / "checkpoints"
+    env = {"TRAIN_STEPS": str(steps), "TRAIN_STEP_SECONDS": "0.02", "CHECKPOINT_DIR": str(checkpoints)}
+    job = fleet.submit_command("borrower", 2, command, env)
+    fleet.wait_status(job, JobStatus.RUNNING, seconds=60)
+
+    def stepped() -> bool:  # some steps in (a framework may take seconds to start)
+        logs = [
+            p
+            for name in ("a", "b")
+            for p in (fleet.work_dir(name) / "jobs" / str(job)).glob("attempt-1*.log")
+        ]
+        return any("step 100" in p.read_text(errors="replace") for p in logs)
+
+    wait_for(stepped, 60, f"job {job} took 100 steps\n{fleet.tails()}")
+
+    preemptor = submit_plain_to(fleet, "owner", 1)
+    fleet.wait_status(preemptor, JobStatus.SUCCEEDED, seconds=60)
+    done = fleet.wait_status(job, JobStatus.SUCCEEDED, seconds=120)
+
+    assert done.attempt == 2 and EventKind.PREEMPTED_RECLAIM in kinds(job)
+    results = []
+    for name in ("a", "b"):
+        results += [
+            json.loads(p.read_text())
+            for p in (fleet.work_dir(name) / "jobs" / str(job)).glob("result-*.json")
+        ]
+    assert sorted(r["rank"] for r in results) == [0, 1], fleet.tails()
+    assert all(0 < r["resumed_from"] < steps for r in results), (
+        results
+    )  # the second attempt went on from the first
+    assert (
+        len({(round(r["weight"], 6), round(r["bias"], 6)) for r in results}) == 1
+    )  # every rank took every step
+    assert abs(results[0]["weight"] - 3) < 0.1 and abs(results[0]["bias"] - 2) < 0.1, results
+    assert any(checkpoints.iterdir())
+
+
+def submit_plain_to(fleet: Fleet, share: str, count: int) -> int:
+    command = [PYTHON, JOB_SCRIPT, str(fleet.tmp / "e2e.log"), "run", "1"]
+    return fleet.submit_command(share, count, command)
+
+
+def test_a_standard_library_training_job_on_two_hosts_checkpoints_when_reclaimed_and_resumes(make_fleet):
+    example = str(Path(AGENT_DIR) / "examples" / "train_hosts.py")
+    preempted_training_resumes_and_converges(make_fleet, "hosts", [PYTHON, example], steps=400)
