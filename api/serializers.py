@@ -26,6 +26,7 @@ from scheduling.models import (
     InstanceType,
     Job,
     JobAttempt,
+    JobTask,
     JobQueue,
     Membership,
     QuotaShare,
@@ -217,6 +218,7 @@ class ServiceEnvironmentSerializer(StrictModelSerializer):
             "executor",
             "stop_grace_seconds",
             "lease_seconds",
+            "start_deadline_seconds",
             "capacity_limits",
             "executor_accounts",
         ]
@@ -353,9 +355,38 @@ class EstimatedStartSerializer(serializers.Serializer):
     basis = serializers.CharField(help_text="one line: what the start waits for")
 
 
+class TaskSerializer(serializers.ModelSerializer):
+    """One executor's part of an attempt of a job on several hosts (SPEC 4.1)."""
+
+    executor = serializers.CharField(source="executor_name", read_only=True)
+
+    class Meta:
+        model = JobTask
+        fields = [
+            "rank",
+            "instances",
+            "executor",
+            "address",
+            "port",
+            "state",
+            "claimed_at",
+            "started_at",
+            "ended_at",
+            "exit_code",
+            "reason",
+            "output_tail",
+        ]
+
+
 class AttemptSerializer(serializers.ModelSerializer):
     instance_type = NameField("instance type", read_only=True)
     training_plan = NameField("training plan", read_only=True)
+    tasks = TaskSerializer(
+        source="attempt_tasks",
+        many=True,
+        read_only=True,
+        help_text="the executors' tasks, by rank (empty for a job one executor took whole)",
+    )
 
     class Meta:
         model = JobAttempt
@@ -369,6 +400,7 @@ class AttemptSerializer(serializers.ModelSerializer):
             "status_reason",
             "exit_code",
             "output_tail",
+            "tasks",
         ]
 
 

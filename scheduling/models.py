@@ -644,6 +644,12 @@ class JobAttempt(models.Model):
     def __str__(self) -> str:
         return f"attempt of job {self.job_id} on {self.instance_type_id} x{self.instance_count}"
 
+    @property
+    def attempt_tasks(self) -> list[JobTask]:
+        """The attempt's tasks by rank (none for a job taken whole): from the job's `tasks`, which readers
+        prefetch (`scheduling.selectors.jobs.jobs_in_full`)."""
+        return [task for task in self.job.tasks.all() if task.attempt == self.attempt]
+
 
 class TaskState(models.TextChoices):
     WAITING = "WAITING"  # claimed, its slots held, nothing started: the gang gathers, or the roster is out

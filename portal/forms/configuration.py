@@ -203,7 +203,14 @@ class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
     limit_prefix = "capacity_"
     limit_minimum = 0
 
-    environment_field_names = ("name", "state", "executor", "stop_grace_seconds", "lease_seconds")
+    environment_field_names = (
+        "name",
+        "state",
+        "executor",
+        "stop_grace_seconds",
+        "lease_seconds",
+        "start_deadline_seconds",
+    )
 
     def __init__(self, *args, environment: ServiceEnvironment | None = None, **kwargs):
         current = {}
@@ -216,7 +223,8 @@ class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
             }
         super().__init__(*args, **kwargs)
         self.fields.update(fields_for_model(ServiceEnvironment, fields=list(self.environment_field_names)))
-        for name in ("stop_grace_seconds", "lease_seconds"):  # blank: keep the current value or the default
+        # blank: keep the current value or the default
+        for name in ("stop_grace_seconds", "lease_seconds", "start_deadline_seconds"):
             self.fields[name].required = False
         # Executor accounts: holders of report_job_status, and whoever serves it now (so a link can be removed).
         User = get_user_model()

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Prefetch, Q
 
-from scheduling.models import Executor, Job, JobAttempt, JobPreference, JobStatus, ServiceEnvironment
+from scheduling.models import Executor, Job, JobAttempt, JobPreference, JobStatus, JobTask, ServiceEnvironment
 from scheduling.selectors.visibility import Viewer, visible_jobs
 
 
@@ -61,7 +61,7 @@ def job_list(*, viewer: Viewer, filters: JobFilters):
 
 def jobs_in_full():
     """Jobs with all a job's page or API body shows: queue, share, team, submitter, placement, pending state,
-    preference list and attempts. 3 queries (rows, lists, attempts) however many jobs."""
+    preference list, attempts and their tasks. 4 queries (rows, lists, attempts, tasks) however many jobs."""
     return Job.objects.select_related(
         "job_queue__service_environment",
         "quota_share",
@@ -76,6 +76,7 @@ def jobs_in_full():
             queryset=JobPreference.objects.select_related("instance_type", "training_plan"),
         ),
         Prefetch("attempts", queryset=JobAttempt.objects.select_related("instance_type", "training_plan")),
+        Prefetch("tasks", queryset=JobTask.objects.order_by("attempt", "rank", "id")),
     )
 
 
@@ -88,7 +89,7 @@ def jobs_for_user(*, user, sees_all: bool):
 
 
 def job_for_viewer(*, viewer: Viewer, job_id: int) -> Job | None:
-    """The job with its preference list and attempts, or None when the viewer may not see it. 3 queries."""
+    """The job with its preference list, attempts and tasks, or None when the viewer may not see it. 4 queries."""
     jobs = jobs_in_full()
     if not viewer.is_staff:
         jobs = jobs.filter(team_id__in=viewer.team_ids)

@@ -272,3 +272,33 @@ def test_a_poll_asking_for_tasks_without_free_slots_is_refused_naming_the_field(
         f"/api/v1/service-environments/{world.queue.service_environment_id}/work/?gang=true&free_slots=1&ports=9-1"
     )
     assert bad_ports.status_code == 400 and "ports" in bad_ports.json()
+
+
+def test_a_jobs_attempt_lists_its_tasks_and_metrics_count_timeouts_losses_and_claim_to_running(
+    world, client_for, gang, client
+):
+    agent = client_for(world.executor)
+    for name, address in (("a", "127.0.0.2"), ("b", "127.0.0.3"), ("c", "127.0.0.4")):
+        work(agent, world, name, 1, address=address)
+    for rank in range(3):
+        report(agent, gang, attempt=1, task=rank, status="RUNNING", output_tail=f"rank {rank} says hi")
+    report(agent, gang, attempt=1, task=2, status="FAILED", exit_code=7, reason="exited with code 7")
+
+    body = client_for(world.ana).get(f"/api/v1/jobs/{gang.pk}/").json()
+    (attempt,) = body["attempts"]
+    assert [(t["rank"], t["executor"], t["address"], t["state"]) for t in attempt["tasks"]] == [
+        (0, "a", "127.0.0.2", "RUNNING"),
+        (1, "b", "127.0.0.3", "RUNNING"),
+        (2, "c", "127.0.0.4", "FAILED"),
+    ]
+    assert attempt["tasks"][2]["exit_code"] == 7 and attempt["tasks"][2]["output_tail"] == "rank 2 says hi"
+    assert attempt["tasks"][0]["port"] == 29400  # the main port, on rank 0 (the default range)
+    assert attempt["exit_code"] == 7  # the failing rank's
+
+    client.force_login(world.ana)
+    page = client.get(f"/jobs/{gang.pk}/").content.decode()
+    assert "Tasks of attempt 1" in page and "127.0.0.4" in page and "rank 2 says hi" in page
+
+    metrics = client.get("/metrics").content.decode()
+    assert "quotaportal_claim_to_running_seconds_count 1.0" in metrics
+    assert 'quotaportal_tasks_lost_total{queue="training"} 0.0' in metrics
