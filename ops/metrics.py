@@ -30,7 +30,6 @@ from scheduling.models import (
 )
 from scheduling.selectors.usage import queue_usage
 
-
 CLAIM_TO_RUNNING_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800)
 
 
