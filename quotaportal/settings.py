@@ -353,6 +353,7 @@ SPECTACULAR_SETTINGS = {
         "JobStatusEnum": "scheduling.models.JobStatus",
         "ReportedJobStatusEnum": "scheduling.services.executor.REPORTABLE_STATUSES",
         "TrainingPlanStatusEnum": "scheduling.models.TrainingPlan.Status",
+        "TaskStateEnum": "scheduling.models.TaskState",
     },
 }
 
