@@ -354,6 +354,7 @@ SPECTACULAR_SETTINGS = {
         "ReportedJobStatusEnum": "scheduling.services.executor.REPORTABLE_STATUSES",
         "TrainingPlanStatusEnum": "scheduling.models.TrainingPlan.Status",
         "TaskStateEnum": "scheduling.models.TaskState",
+        "StateEnum": "scheduling.models.State",
     },
 }
 
