@@ -240,6 +240,11 @@ class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
             initial=list(environment.executor_accounts.all()) if environment is not None else [],
         )
         self.add_limit_fields(list(InstanceType.objects.order_by("name")), current)
+        self.saved_capacity = current
+
+    def capacity_by_type(self) -> dict[str, int]:
+        """The saved environment's capacity, type name -> instances (what its executors are compared with)."""
+        return {t.name: self.saved_capacity[t.pk] for t in self.instance_types if t.pk in self.saved_capacity}
 
     def executor_accounts(self) -> list:
         return list(self.cleaned_data["executor_accounts"])
