@@ -407,6 +407,9 @@ class StopOutcome(models.TextChoices):
     RUNNABLE = "RUNNABLE"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
+    # Rank 0 of a job on several hosts exited 0: the other ranks have the grace period to finish (no stop is
+    # sent them before it ends).
+    SUCCEEDED = "SUCCEEDED"
 
 
 FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)

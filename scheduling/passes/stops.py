@@ -173,6 +173,8 @@ def stops_settle(
             settled.events.append((EventKind.FAILED, job.id, f"{row['name']}: {changes['status_reason']}"))
         elif changes["status"] == JobStatus.CANCELLED:
             settled.events.append((EventKind.CANCELLED, job.id, f"{row['name']} {changes['status_reason']}"))
+        elif changes["status"] == JobStatus.SUCCEEDED:
+            settled.events.append((EventKind.SUCCEEDED, job.id, f"{row['name']} {changes['status_reason']}"))
         elif changes["status"] == JobStatus.RUNNABLE:
             jobs.append(
                 dataclasses.replace(

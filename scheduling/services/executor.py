@@ -30,6 +30,7 @@ from scheduling.models import (
     JobTask,
     PendingState,
     ServiceEnvironment,
+    StopOutcome,
     TaskState,
 )
 from scheduling.passes.due import pass_due_by
@@ -267,6 +268,16 @@ def _task_report(
             count = ended.count()
             why = f"all {count} ranks exited 0" if count > 1 else (reason or "succeeded")
             _job_advance(job=job, status=JobStatus.SUCCEEDED, reason=why, actor=actor, now=now)
+        elif task.rank == 0:
+            # The main rank is done (AWS Batch's rule): the others get the grace period to finish, then stop.
+            ranks = ranks_text(survivors.values_list("rank", flat=True))
+            job_stop_request(
+                job=job,
+                outcome=StopOutcome.SUCCEEDED,
+                reason=f"succeeded: rank 0 exited 0 ({ranks} had the grace period to finish)",
+                why=f"rank 0 exited 0: {ranks} may finish until then",
+                now=now,
+            )
         return job
     # FAILED, or STOPPED without being asked: the attempt fails as one, naming the rank.
     why = f"{_task_named(task)} {reason or 'failed'}"
@@ -415,6 +426,7 @@ def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser 
 
 
 _AFTER_STOPPING = {
+    JobStatus.SUCCEEDED: "SUCCEEDED",
     JobStatus.RUNNABLE: "back in the queue (RUNNABLE)",
     JobStatus.CANCELLED: "CANCELLED",
     JobStatus.FAILED: "FAILED",
@@ -446,6 +458,10 @@ def job_stopped(*, job: Job, actor: AbstractBaseUser | None, now, how: str) -> N
     elif job.status == JobStatus.CANCELLED:
         job_event_record(
             kind=EventKind.CANCELLED, job=job, actor=actor, now=now, message=f"{job.name} {job.status_reason}"
+        )
+    elif job.status == JobStatus.SUCCEEDED:
+        job_event_record(
+            kind=EventKind.SUCCEEDED, job=job, actor=actor, now=now, message=f"{job.name} {job.status_reason}"
         )
     pass_request(job_queue_id=job.job_queue_id, trigger="finish")
 

@@ -33,6 +33,7 @@ from scheduling.models import (
     JobStatus,
     JobTask,
     ServiceEnvironment,
+    StopOutcome,
     TaskState,
 )
 from scheduling.passes.due import pass_due_by
@@ -291,7 +292,10 @@ def _stop_entries(*, environment: ServiceEnvironment, executor: Executor, jobs, 
     tasks = (
         JobTask.objects.filter(executor=executor, job__attempt=F("attempt"))
         .filter(
+            # A job whose rank 0 succeeded lets the others finish: they are stopped only past its deadline
+            # (their heartbeats are refused then).
             Q(state__in=LIVE_TASK_STATES, job__status=JobStatus.STOPPING)
+            & ~Q(job__stop_outcome=StopOutcome.SUCCEEDED)
             | Q(state=TaskState.RELEASED, ended_at__gte=now - timedelta(seconds=RELEASED_LISTED_SECONDS))
         )
         .order_by("job_id", "rank")

@@ -302,3 +302,41 @@ def test_a_jobs_attempt_lists_its_tasks_and_metrics_count_timeouts_losses_and_cl
     metrics = client.get("/metrics").content.decode()
     assert "quotaportal_claim_to_running_seconds_count 1.0" in metrics
     assert 'quotaportal_tasks_lost_total{queue="training"} 0.0' in metrics
+
+
+def test_when_rank_0_exits_0_the_others_have_the_grace_period_to_finish_then_are_stopped(
+    world, client_for, gang
+):
+    agent = client_for(world.executor)
+    for name in ("a", "b", "c"):
+        work(agent, world, name, 1)
+    for rank in range(3):
+        report(agent, gang, attempt=1, task=rank, status="RUNNING")
+    report(agent, gang, attempt=1, task=0, status="SUCCEEDED", exit_code=0)
+    gang.refresh_from_db()
+    assert gang.status == JobStatus.STOPPING and gang.stop_outcome == "SUCCEEDED"
+    assert "ranks 1, 2 may finish" in gang.status_reason
+    assert work(agent, world, "b", 0)["stop"] == []  # not stopped: they may finish
+    report(agent, gang, attempt=1, task=1, status="SUCCEEDED", exit_code=0)
+    gang.refresh_from_db()
+    assert gang.status == JobStatus.STOPPING  # rank 2 still runs, within the grace period
+
+    # Rank 2 does not finish in time: at the deadline the job succeeds, and rank 2's heartbeat is refused.
+    Job.objects.filter(pk=gang.pk).update(stop_deadline=timezone.now() - timedelta(seconds=1))
+    passes.queue_pass_run(job_queue_id=world.queue.pk, trigger="test")
+    gang.refresh_from_db()
+    assert gang.status == JobStatus.SUCCEEDED
+    assert report(agent, gang, attempt=1, task=2, status="RUNNING").status_code == 409
+    assert gang.events.filter(kind=EventKind.SUCCEEDED).exists()
+
+
+def test_when_every_rank_finishes_after_rank_0_within_the_grace_the_job_succeeds(world, client_for, gang):
+    agent = client_for(world.executor)
+    for name in ("a", "b", "c"):
+        work(agent, world, name, 1)
+    for rank in range(3):
+        report(agent, gang, attempt=1, task=rank, status="RUNNING")
+    for rank in (0, 2, 1):
+        report(agent, gang, attempt=1, task=rank, status="SUCCEEDED", exit_code=0)
+    gang.refresh_from_db()
+    assert gang.status == JobStatus.SUCCEEDED and gang.events.filter(kind=EventKind.SUCCEEDED).count() == 1
