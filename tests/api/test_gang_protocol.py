@@ -340,3 +340,17 @@ def test_when_every_rank_finishes_after_rank_0_within_the_grace_the_job_succeeds
         report(agent, gang, attempt=1, task=rank, status="SUCCEEDED", exit_code=0)
     gang.refresh_from_db()
     assert gang.status == JobStatus.SUCCEEDED and gang.events.filter(kind=EventKind.SUCCEEDED).count() == 1
+
+
+def test_a_gathering_job_says_on_its_page_what_is_claimed_and_when_its_deadline_puts_it_back(
+    world, client_for, gang
+):
+    from django.test import Client
+
+    work(client_for(world.executor), world, "a", 1)
+    page = Client()
+    page.force_login(world.ana)
+    body = page.get(f"/jobs/{gang.pk}/").content.decode()
+    untaken = body.split('id="untaken"', 1)[1].split("</p>", 1)[0]
+    assert "1 of 3 instances claimed (rank 0 by a); nothing starts until all are" in untaken
+    assert "goes back to the queue (START_TIMEOUT)" in untaken
