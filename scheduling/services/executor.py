@@ -119,7 +119,12 @@ def job_report(
             "stop that attempt's process if it still runs"
         )
     now = timezone.now()
-    if job.attempt and JobTask.objects.filter(job=job, attempt=job.attempt).exists():
+    # A job run as tasks (some claim of its attempt not given back); a job taken whole after claims on it were
+    # released is a whole job, as before.
+    if (
+        job.attempt
+        and JobTask.objects.filter(job=job, attempt=job.attempt).exclude(state=TaskState.RELEASED).exists()
+    ):
         return _task_report(
             job=job,
             rank=task,
@@ -605,8 +610,9 @@ def executor_seen(
     return executor
 
 
-def _has_tasks() -> Exists:
-    return Exists(JobTask.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt")))
+def _has_tasks(*states: str) -> Exists:
+    """Whether a job's current attempt has tasks in these states."""
+    return Exists(JobTask.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"), state__in=states))
 
 
 def _fitting(rows, free_slots: int | None) -> list[int]:
@@ -646,7 +652,9 @@ def executor_work_take(
         jobs = jobs.filter(selected_instance_type__name=instance_type)
     # A job some executor has claimed part of (as tasks) is that gang's: an executor without tasks never
     # takes it whole.
-    untaken = jobs.filter(status=JobStatus.SCHEDULED, taken_at__isnull=True).exclude(_has_tasks())
+    untaken = jobs.filter(status=JobStatus.SCHEDULED, taken_at__isnull=True).exclude(
+        _has_tasks(TaskState.WAITING)
+    )
     if free_slots is not None:
         untaken = untaken.filter(selected_instance_count__lte=free_slots)
     taken: list[int] = []
@@ -707,7 +715,8 @@ def executor_work_take(
         # belongs to no executor in particular: every caller gets it.
         for row in jobs.filter(status=JobStatus.STOPPING, taken_at__isnull=False)
         .filter(Q(taken_by=executor) | Q(taken_by__isnull=True))
-        .exclude(_has_tasks())  # a job run as tasks is stopped task by task, each by its own executor
+        # a job run as tasks is stopped task by task, each by its own executor
+        .exclude(_has_tasks(*(state for state in TaskState if state != TaskState.RELEASED)))
         .order_by("stop_deadline", "id")
         .values("id", "attempt", "stop_deadline")
     ]

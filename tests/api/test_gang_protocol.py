@@ -354,3 +354,17 @@ def test_a_gathering_job_says_on_its_page_what_is_claimed_and_when_its_deadline_
     untaken = body.split('id="untaken"', 1)[1].split("</p>", 1)[0]
     assert "1 of 3 instances claimed (rank 0 by a); nothing starts until all are" in untaken
     assert "goes back to the queue (START_TIMEOUT)" in untaken
+
+
+def test_a_job_whose_claims_were_released_may_be_taken_whole_and_reported_as_before(world, client_for, gang):
+    agent = client_for(world.executor)
+    work(agent, world, "a", 1)
+    JobTask.objects.filter(job=gang).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    Job.objects.filter(pk=gang.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    passes.queue_pass_run(job_queue_id=world.queue.pk, trigger="test")
+    url = f"/api/v1/service-environments/{world.queue.service_environment_id}/work/?executor=old&free_slots=3"
+    (start,) = agent.get(url).json()["start"]
+    assert start["id"] == gang.pk and "task" not in start
+    assert report(agent, gang, attempt=1, status="RUNNING").status_code == 200
+    gang.refresh_from_db()
+    assert gang.status == JobStatus.RUNNING and gang.taken_by.name == "old"
