@@ -13,13 +13,14 @@ from datetime import datetime
 from scheduling.models import JobTask, TaskState
 
 
-def tasks_close(job_ids: Iterable[int], *, now: datetime, reason: str = "") -> None:
-    """End the live tasks of these jobs' attempts, which ended (or are placed anew)."""
+def tasks_close(job_ids: Iterable[int], *, now: datetime, reason: str = "") -> int:
+    """End the live tasks of these jobs' attempts, which ended (or are placed anew). Returns how many claims
+    were released (their executors hold slots for them until they hear)."""
     ids = sorted(set(job_ids))
     if not ids:
-        return
+        return 0
     live = JobTask.objects.filter(job_id__in=ids)
-    live.filter(state=TaskState.WAITING).update(
+    released = live.filter(state=TaskState.WAITING).update(
         state=TaskState.RELEASED,
         ended_at=now,
         lease_expires_at=None,
@@ -31,3 +32,4 @@ def tasks_close(job_ids: Iterable[int], *, now: datetime, reason: str = "") -> N
         lease_expires_at=None,
         reason=reason or "counted as stopped: the attempt ended",
     )
+    return released

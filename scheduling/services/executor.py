@@ -514,7 +514,8 @@ def _job_fields_save(*, job: Job, changes: dict) -> None:
 
 def _attempt_close(*, job: Job, reason: str, now) -> None:
     JobAttempt.objects.filter(job=job, stopped_at__isnull=True).update(stopped_at=now, status_reason=reason)
-    tasks_close([job.pk], now=now)
+    if tasks_close([job.pk], now=now) and job.job_queue_id is not None:
+        work_changed(environment=job.job_queue.service_environment)  # its executors free the claimed slots
 
 
 def simulated_executor_tick(*, job_queue_id: int, now=None) -> int:
