@@ -533,6 +533,14 @@ class JobCancelSerializer(StrictSerializer):
 
 
 class JobReportSerializer(StrictSerializer):
+    executor = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=128,
+        help_text="the reporting executor's name, as it polls: a report about a task names whose task it is "
+        "(a rank given up and claimed again by another executor is then never touched by the first)",
+    )
     task = serializers.IntegerField(
         required=False,
         default=0,

@@ -88,12 +88,13 @@ def job_report(
     exit_code: int | None = None,
     output_tail: str = "",
     task: int = 0,
+    executor: str = "",
     actor: AbstractBaseUser | None = None,
 ) -> Job:
     """An executor reports on one attempt of a job; a stale attempt or an illegal move raises Conflict (409).
 
     `task` names the task (rank) of a job run as tasks (SPEC 4.1); 0, the default, is the whole job of an
-    executor that took it without tasks.
+    executor that took it without tasks. `executor` (its name), when given, must be the task's.
 
     Every report about the current attempt renews the job's lease. Repeating a report changes nothing, so
     executors may retry them: the job's current status again, or the report that ended the attempt (which
@@ -128,6 +129,7 @@ def job_report(
         return _task_report(
             job=job,
             rank=task,
+            executor=executor,
             status=status,
             reason=reason,
             exit_code=exit_code,
@@ -179,6 +181,7 @@ def _task_report(
     *,
     job: Job,
     rank: int,
+    executor: str,
     status: str,
     reason: str,
     exit_code: int | None,
@@ -194,14 +197,13 @@ def _task_report(
     released) is refused any progress report (409), so its executor stops whatever still runs of it. The
     caller holds the job's queue lock and row lock.
     """
-    task = (
-        JobTask.objects.select_for_update()
-        .filter(job=job, attempt=job.attempt, rank=rank)
-        .order_by("-id")
-        .first()
-    )
+    tasks = JobTask.objects.select_for_update().filter(job=job, attempt=job.attempt, rank=rank)
+    if executor:
+        tasks = tasks.filter(executor_name=executor)
+    task = tasks.order_by("-id").first()
     if task is None:
-        raise Conflict(f"task {rank} of attempt {job.attempt} of {job} was never handed out")
+        whose = f" to {executor}" if executor else ""
+        raise Conflict(f"task {rank} of attempt {job.attempt} of {job} was never handed out{whose}")
     _task_record(task=task, exit_code=exit_code, output_tail=output_tail)
     if task.state not in LIVE_TASK_STATES or job.status not in HOLDING_STATUSES:
         if status in ENDING_REPORTS:

@@ -368,3 +368,19 @@ def test_a_job_whose_claims_were_released_may_be_taken_whole_and_reported_as_bef
     assert report(agent, gang, attempt=1, status="RUNNING").status_code == 200
     gang.refresh_from_db()
     assert gang.status == JobStatus.RUNNING and gang.taken_by.name == "old"
+
+
+def test_a_report_from_the_executor_whose_claim_was_released_never_touches_the_ranks_new_claim(
+    world, client_for, gang
+):
+    agent = client_for(world.executor)
+    work(agent, world, "a", 1)
+    JobTask.objects.filter(job=gang).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    Job.objects.filter(pk=gang.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    passes.queue_pass_run(job_queue_id=world.queue.pk, trigger="test")  # a's rank 0 is released
+    (start,) = work(agent, world, "b", 1)["start"]
+    assert start["task"] == 0  # rank 0 again, now b's
+    late = report(agent, gang, attempt=1, task=0, executor="a", status="STOPPED", reason="released")
+    assert late.status_code == 200  # a's own (released) claim: nothing moves
+    assert JobTask.objects.get(job=gang, executor_name="b").state == TaskState.WAITING
+    assert report(agent, gang, attempt=1, task=0, executor="c", status="RUNNING").status_code == 409
