@@ -185,7 +185,10 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
             "from now (report at least every `lease_seconds`, naming `attempt`). Each job in `stop` must be "
             "sent SIGTERM, killed at `deadline`, then reported STOPPED. With `wait=N` the request is held up "
             "to N seconds until there is some work, and answers with empty lists otherwise. With `free_slots=N` "
-            "only jobs whose instances fit in N are handed out."
+            "only jobs whose instances fit in N are handed out. With `gang=true` (and `free_slots`) the executor "
+            "takes tasks: it may claim part of a job of several instances, and the answer is "
+            "`{start, go, stop}` (GangWork): start nothing until the task's roster is out (in its start entry, "
+            "or later in `go`)."
         ),
     )
     @action(

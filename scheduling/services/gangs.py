@@ -211,39 +211,51 @@ def _roster_issue(*, job: Job, executor: Executor, now) -> None:
     work_changed(environment=job.job_queue.service_environment)
 
 
-def _roster(job_id: int, attempt: int) -> dict:
-    tasks = list(
-        JobTask.objects.filter(job_id=job_id, attempt=attempt)
+def _rosters(keys: set[tuple[int, int]]) -> dict[tuple[int, int], dict]:
+    """The rosters of these (job id, attempt) pairs whose roster is out: every rank's address and instances,
+    rank 0's address and the main port. One query."""
+    if not keys:
+        return {}
+    by_attempt: dict[tuple[int, int], list[dict]] = {}
+    for row in (
+        JobTask.objects.filter(job_id__in={job_id for job_id, _ in keys})
         .exclude(state=TaskState.RELEASED)
-        .order_by("rank")
-        .values("rank", "address", "instances", "executor_name", "port")
-    )
-    main = tasks[0]
+        .order_by("job_id", "attempt", "rank")
+        .values("job_id", "attempt", "rank", "address", "instances", "executor_name", "port")
+    ):
+        if (row["job_id"], row["attempt"]) in keys:
+            by_attempt.setdefault((row["job_id"], row["attempt"]), []).append(row)
     return {
-        "main_address": main["address"],
-        "main_port": main["port"],
-        "world_size": len(tasks),
-        "tasks": [
-            {
-                "rank": t["rank"],
-                "address": t["address"],
-                "instances": t["instances"],
-                "executor": t["executor_name"],
-            }
-            for t in tasks
-        ],
+        key: {
+            "main_address": tasks[0]["address"],
+            "main_port": tasks[0]["port"],
+            "world_size": len(tasks),
+            "tasks": [
+                {
+                    "rank": t["rank"],
+                    "address": t["address"],
+                    "instances": t["instances"],
+                    "executor": t["executor_name"],
+                }
+                for t in tasks
+            ],
+        }
+        for key, tasks in by_attempt.items()
     }
 
 
 def _start_entries(*, environment: ServiceEnvironment, task_ids: list[int]) -> list[dict]:
+    """The start entries of the tasks just claimed, with their rosters when out. Two queries."""
     if not task_ids:
         return []
-    entries = []
-    for task in (
+    tasks = list(
         JobTask.objects.filter(pk__in=task_ids)
         .select_related("job__selected_instance_type", "job__selected_training_plan")
         .order_by("job__scheduled_at", "job_id")
-    ):
+    )
+    rosters = _rosters({(t.job_id, t.attempt) for t in tasks if t.job.roster_at is not None})
+    entries = []
+    for task in tasks:
         job = task.job
         entries.append(
             {
@@ -260,7 +272,7 @@ def _start_entries(*, environment: ServiceEnvironment, task_ids: list[int]) -> l
                 "task_instances": task.instances,
                 "gpus_per_instance": job.selected_instance_type.gpu_count,
                 "start_deadline": job.scheduled_at + timedelta(seconds=environment.start_deadline_seconds),
-                "roster": _roster(job.pk, task.attempt) if job.roster_at is not None else None,
+                "roster": rosters.get((job.pk, task.attempt)),
             }
         )
     return entries
@@ -280,8 +292,10 @@ def _go_entries(*, executor: Executor, exclude: list[int]) -> list[dict]:
         .order_by("job_id", "rank")
         .values_list("job_id", "attempt", "rank")
     )
+    rows = list(rows)
+    rosters = _rosters({(job_id, attempt) for job_id, attempt, _ in rows})
     return [
-        {"id": job_id, "attempt": attempt, "task": rank, "roster": _roster(job_id, attempt)}
+        {"id": job_id, "attempt": attempt, "task": rank, "roster": rosters[(job_id, attempt)]}
         for job_id, attempt, rank in rows
     ]
 

@@ -384,3 +384,24 @@ def test_a_report_from_the_executor_whose_claim_was_released_never_touches_the_r
     assert late.status_code == 200  # a's own (released) claim: nothing moves
     assert JobTask.objects.get(job=gang, executor_name="b").state == TaskState.WAITING
     assert report(agent, gang, attempt=1, task=0, executor="c", status="RUNNING").status_code == 409
+
+
+def test_a_poll_that_takes_tasks_reads_its_gos_and_rosters_in_the_same_queries_however_many(
+    world, client_for
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    agent = client_for(world.executor)
+    for i in range(5):
+        placed(job_in(world.nlp, [(P5, 1)], name=f"g{i}", payload={"command": ["x"]}), count=1)
+    assert len(work(agent, world, "many", 4)["start"]) == 4  # four jobs, each taken whole
+    assert len(work(agent, world, "one", 1)["start"]) == 1
+
+    def cost(name: str) -> tuple[int, int]:
+        with CaptureQueriesContext(connection) as captured:
+            gos = work(agent, world, name, 0)["go"]
+        return len(gos), len(captured)
+
+    (many_gos, many), (one_gos, one) = cost("many"), cost("one")
+    assert (many_gos, one_gos) == (4, 1) and many == one
