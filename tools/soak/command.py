@@ -20,9 +20,12 @@ Faults (`--fault`, at `--fault-at` seconds, for `--fault-seconds`):
 processes, long-polling the work endpoint through gunicorn's gthread workers) instead of the soak's own
 reporting thread: each job's `payload.command` is a short Python process that sleeps for its duration and
 sometimes exits 3. The agents share the environment's instance types round-robin; each offers as many slots as
-its type's capacity, so no start is ever refused for want of free slots on the agent the server happened to hand
-it to (the work endpoint does not yet take `?free_slots=`; agent/README.md), and the server's accounting is what
-the samples check: STOPPING jobs hold their capacity until their agent reports them STOPPED.
+its type's capacity, or with `--mixed-agents` the first agent of a type all but one slot per other agent of the
+type and the others one slot, so jobs of several instances run as tasks across agents. The samples check the
+server's accounting (STOPPING jobs hold their capacity until their agent reports them STOPPED); the jobs'
+processes note when they held which slots, and at the end the soak checks that no slot was held by two live
+processes at once and that no attempt held capacity past the external environment's start deadline without a
+process of it having started.
 Everything is bounded in time and count, talks to loopback only, and stops by itself.
 """
 
