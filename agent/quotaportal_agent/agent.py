@@ -58,6 +58,7 @@ class Config:
     advertise_address: str = ""  # where peers reach this host ("" the address it reaches the server from)
     ports: str = "29400-29499"  # a job's main port, when its rank 0 runs here, is one of these
     gpus_per_instance: int | None = None  # None: the instance type's gpu_count, as the server says
+    network_interface: str = ""  # the interface tasks reach each other on (NCCL/GLOO_SOCKET_IFNAME)
 
 
 @dataclass
@@ -368,6 +369,7 @@ class Agent:
                     gpus=gang.gpus_of(job.slots, job.gpus_per_instance or 0),
                     task_dir=Path(job.work_dir) / f"attempt-{job.attempt}-task-{job.task}",
                     payload_env=job.payload_env or {},
+                    interface=self.config.network_interface,
                 )
             except (ValueError, OSError) as error:
                 job.waiting = False

@@ -132,6 +132,12 @@ def build_parser() -> Parser:
         help="GPUs of each instance (slot) (default: the instance type's gpu_count, as the portal says)",
     )
     parser.add_argument(
+        "--network-interface",
+        type=non_empty,
+        help="the interface the hosts of a job reach each other on: NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME "
+        "and SageMaker's network_interface_name (default: none set)",
+    )
+    parser.add_argument(
         "--whole-jobs-only",
         action="store_true",
         help="take only jobs this host can run whole, never part of a job on several hosts",
@@ -219,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         advertise_address=args.advertise_address or advertise_address(args.url),
         ports=args.port_range,
         gpus_per_instance=args.gpus_per_instance,
+        network_interface=args.network_interface or "",
     )
     logging.getLogger(PROG).info("executor name %s", name)
     try:

@@ -55,6 +55,7 @@ def task_environment(
     gpus: list[int],
     task_dir: Path,
     payload_env: dict[str, str],
+    interface: str = "",
 ) -> dict[str, str]:
     """The variables of one task's process (beyond the agent's own environment), and its files written."""
     tasks = roster["tasks"]
@@ -78,7 +79,7 @@ def task_environment(
         "instance_groups": [
             {"instance_group_name": "homogeneousCluster", "instance_type": instance_type, "hosts": hosts}
         ],
-        "network_interface_name": "",
+        "network_interface_name": interface,
     }
     (config_dir / "resourceconfig.json").write_text(json.dumps(resource, indent=1))
     defaults = {
@@ -113,6 +114,10 @@ def task_environment(
     }
     if rank != 0:
         defaults["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = main_address
+    if interface:  # the interface the ranks reach each other on (`--network-interface`)
+        defaults.update(
+            NCCL_SOCKET_IFNAME=interface, GLOO_SOCKET_IFNAME=interface, SM_NETWORK_INTERFACE_NAME=interface
+        )
     env = {name: value for name, value in defaults.items() if name not in payload_env}
     env.update(
         {

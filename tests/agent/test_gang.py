@@ -148,6 +148,26 @@ def test_a_task_whose_slots_are_not_free_is_given_back_not_failed(agent):
     assert outbox(agent)[-1]["status"] == "STOPPED" and outbox(agent)[-1]["task"] == 0
 
 
+def test_a_network_interface_names_the_transport_for_nccl_gloo_and_sagemaker(tmp_path):
+    env = gang.task_environment(
+        job_id=1,
+        attempt=1,
+        rank=0,
+        roster=ROSTER,
+        instance_type="ml.p5.48xlarge",
+        instance_count=2,
+        gpus=[],
+        task_dir=tmp_path,
+        payload_env={"GLOO_SOCKET_IFNAME": "lo"},
+        interface="ens5",
+    )
+    assert env["NCCL_SOCKET_IFNAME"] == env["SM_NETWORK_INTERFACE_NAME"] == "ens5"
+    assert "GLOO_SOCKET_IFNAME" not in env  # the payload's own stays
+    assert "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS" not in env  # rank 0 is the main node
+    resource = json.loads((tmp_path / "ml" / "input" / "config" / "resourceconfig.json").read_text())
+    assert resource["network_interface_name"] == "ens5"
+
+
 def test_the_roster_is_checked_and_shared_hosts_get_sagemaker_names(tmp_path):
     assert gang.gpus_of([1, 2], 2) == [2, 3, 4, 5] and gang.gpus_of([0], 0) == []
     shared = {**ROSTER, "tasks": [{**t, "address": "127.0.0.2"} for t in ROSTER["tasks"]]}
