@@ -185,7 +185,8 @@ time.sleep({seconds})
 note("end")
 sys.exit({code})
 """
-AGENT_PORTS = 18260  # agent i gives main ports from AGENT_PORTS + 10 i
+# The main ports the agents hand out: the soak's jobs bind none (they only sleep), so one range serves all.
+AGENT_PORTS = "18250-18299"
 
 
 def agent_slots(agents: int, *, mixed: bool) -> list[tuple[str, int]]:
@@ -739,7 +740,7 @@ class Command(BaseCommand):
             argv += ["--instance-type", TYPES[key], "--slots", str(count), "--gpus-per-instance", "1"]
             argv += ["--work-dir", str(work_dir), "--name", f"{PREFIX}agent{i}", "--heartbeat-seconds", "5"]
             argv += ["--wait-seconds", "10", "--log-level", "WARNING", "--advertise-address", "127.0.0.1"]
-            argv += ["--port-range", f"{AGENT_PORTS + 10 * i}-{AGENT_PORTS + 10 * i + 9}"]
+            argv += ["--port-range", AGENT_PORTS]
             self.processes.start(f"agent{i}", argv, env)
 
     def _end_agents_jobs(self) -> None:
