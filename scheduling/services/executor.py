@@ -404,7 +404,9 @@ def _job_advance(*, job: Job, status: str, reason: str, actor: AbstractBaseUser 
             job=job,
             actor=actor,
             now=now,
-            message=f"{job.name} started on {job.selected_instance_type} x{job.selected_instance_count}",
+            message=f"{job.name} started on {job.selected_instance_type} x{job.selected_instance_count}"
+            # a job on several hosts: which ones (`running: 3 task(s) on a, b, c`)
+            + (f" ({reason.removeprefix('running: ')})" if reason.startswith("running: ") else ""),
         )
         return
     if status == STOPPED or (status == JobStatus.FAILED and job.status == JobStatus.STOPPING):

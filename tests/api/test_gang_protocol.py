@@ -89,7 +89,8 @@ def test_a_gang_starts_nothing_until_every_instance_is_claimed_then_all_get_the_
     assert report(agent, gang, attempt=1, task=1, status="RUNNING").status_code == 200
     gang.refresh_from_db()
     assert gang.status == JobStatus.RUNNING
-    assert gang.events.filter(kind=EventKind.STARTED).count() == 1
+    (started,) = gang.events.filter(kind=EventKind.STARTED)
+    assert started.message.endswith("(2 task(s) on a, b)")
 
     assert report(agent, gang, attempt=1, task=1, status="SUCCEEDED", exit_code=0).status_code == 200
     gang.refresh_from_db()
