@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run migrate seed test lint bench bench-events clean sdk-venv test-sdk
+.PHONY: install run migrate seed test test-torch lint bench bench-events clean sdk-venv test-sdk
 
 $(STAMP): requirements.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,23 @@ sdk-venv: $(SDK_STAMP)
 test-sdk: install sdk-venv
 	@mkdir -p var
 	QUOTAPORTAL_REQUIRE_SDK=1 SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} $(BIN)/python -m pytest tests/awsapi/test_sagemaker_sdk.py
+
+# A real torch.distributed job (gloo, CPU) across two agents, on PostgreSQL and Redis (DATABASE_URL,
+# CELERY_BROKER_URL): torch (requirements-torch.txt, a CPU build) goes into a virtualenv of its own,
+# var/torch-venv, which only the jobs' processes use.
+TORCH_VENV := var/torch-venv
+TORCH_STAMP := $(TORCH_VENV)/.installed-$(shell cksum requirements-torch.txt | cut -d' ' -f1)
+
+$(TORCH_STAMP): requirements-torch.txt
+	@mkdir -p var
+	@test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet -r requirements-torch.txt
+	@rm -f $(TORCH_VENV)/.installed-*
+	@touch $(TORCH_STAMP)
+
+test-torch: install $(TORCH_STAMP)
+	SECRET_KEY=$${SECRET_KEY:-test-only-secret-key} TORCH_PYTHON=$(CURDIR)/$(TORCH_VENV)/bin/python \
+	QUOTAPORTAL_REQUIRE_TORCH=1 $(BIN)/python -m pytest tests/ops/test_torch_end_to_end.py $(PYTEST_ARGS)
 
 # The benchmark writes and deletes rows of its own: on a scratch database (var/bench.sqlite3 unless
 # DATABASE_URL names one whose name says test, scratch, soak or bench).

@@ -27,6 +27,7 @@ from scheduling.models import (
     Job,
     JobAttempt,
     JobQueue,
+    JobTask,
     Membership,
     QuotaShare,
     ServiceEnvironment,
@@ -37,6 +38,7 @@ from scheduling.models import (
 from scheduling.selectors.events import event_text
 from scheduling.services import executor as executor_services
 from scheduling.services import jobs as job_services
+from scheduling.services.gangs import parse_ports
 
 UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 # What PostgreSQL's integer columns hold. SQLite holds 64 bits, so without these bounds it would keep 2**40
@@ -216,6 +218,7 @@ class ServiceEnvironmentSerializer(StrictModelSerializer):
             "executor",
             "stop_grace_seconds",
             "lease_seconds",
+            "start_deadline_seconds",
             "capacity_limits",
             "executor_accounts",
         ]
@@ -352,9 +355,38 @@ class EstimatedStartSerializer(serializers.Serializer):
     basis = serializers.CharField(help_text="one line: what the start waits for")
 
 
+class TaskSerializer(serializers.ModelSerializer):
+    """One executor's part of an attempt of a job on several hosts (SPEC 4.1)."""
+
+    executor = serializers.CharField(source="executor_name", read_only=True)
+
+    class Meta:
+        model = JobTask
+        fields = [
+            "rank",
+            "instances",
+            "executor",
+            "address",
+            "port",
+            "state",
+            "claimed_at",
+            "started_at",
+            "ended_at",
+            "exit_code",
+            "reason",
+            "output_tail",
+        ]
+
+
 class AttemptSerializer(serializers.ModelSerializer):
     instance_type = NameField("instance type", read_only=True)
     training_plan = NameField("training plan", read_only=True)
+    tasks = TaskSerializer(
+        source="attempt_tasks",
+        many=True,
+        read_only=True,
+        help_text="the executors' tasks, by rank (empty for a job one executor took whole)",
+    )
 
     class Meta:
         model = JobAttempt
@@ -368,6 +400,7 @@ class AttemptSerializer(serializers.ModelSerializer):
             "status_reason",
             "exit_code",
             "output_tail",
+            "tasks",
         ]
 
 
@@ -503,6 +536,21 @@ class JobCancelSerializer(StrictSerializer):
 
 
 class JobReportSerializer(StrictSerializer):
+    executor = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=128,
+        help_text="the reporting executor's name, as it polls: a report about a task names whose task it is "
+        "(a rank given up and claimed again by another executor is then never touched by the first)",
+    )
+    task = serializers.IntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        max_value=MAX_STORED_INT,
+        help_text="the task (rank) this report is about, for a job run as tasks; 0 (the default) otherwise",
+    )
     attempt = serializers.IntegerField(
         min_value=1,
         max_value=MAX_STORED_INT,
@@ -566,6 +614,56 @@ class WorkSerializer(serializers.Serializer):
     stop = WorkStopSerializer(many=True)
 
 
+class RosterTaskSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    address = serializers.CharField()
+    instances = serializers.IntegerField()
+    executor = serializers.CharField()
+
+
+class RosterSerializer(serializers.Serializer):
+    """Who runs the attempt: every rank's address, and rank 0's address and the job's main port."""
+
+    main_address = serializers.CharField()
+    main_port = serializers.IntegerField()
+    world_size = serializers.IntegerField(help_text="how many tasks (ranks) the attempt has")
+    tasks = RosterTaskSerializer(many=True)
+
+
+class GangStartSerializer(WorkStartSerializer):
+    """A task claimed for the executor: hold `task_instances` slots, start nothing until the roster comes."""
+
+    task = serializers.IntegerField(help_text="the task's rank; name it in every report (`task`)")
+    task_instances = serializers.IntegerField(help_text="instances of the job this task holds")
+    gpus_per_instance = serializers.IntegerField(help_text="the instance type's gpu_count")
+    start_deadline = serializers.DateTimeField(help_text="all tasks must run by then, or the job is put back")
+    roster = RosterSerializer(allow_null=True, help_text="null while other instances are still unclaimed")
+
+
+class GangGoSerializer(serializers.Serializer):
+    """A claimed task whose roster is out: start it now (repeated until it reports RUNNING)."""
+
+    id = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    task = serializers.IntegerField()
+    roster = RosterSerializer()
+
+
+class GangStopSerializer(WorkStopSerializer):
+    task = serializers.IntegerField(help_text="the task (rank) to stop; 0 for a job taken whole")
+
+
+class GangWorkSerializer(serializers.Serializer):
+    start = GangStartSerializer(many=True)
+    go = GangGoSerializer(many=True)
+    stop = GangStopSerializer(many=True)
+
+
+class OfferSerializer(StrictSerializer):
+    executor = serializers.CharField(max_length=128, help_text="the executor's name, as it polls")
+    free_slots = serializers.IntegerField(min_value=0, max_value=MAX_STORED_INT)
+
+
 class WorkQuerySerializer(serializers.Serializer):
     instance_type = serializers.CharField(required=False, max_length=64, help_text="only work of this type")
     wait = serializers.IntegerField(
@@ -592,6 +690,50 @@ class WorkQuerySerializer(serializers.Serializer):
             "large skipped for smaller ones after it (default: no limit)"
         ),
     )
+
+    gang = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="the executor takes tasks (SPEC 4.1): it may claim part of a job of several instances, and "
+        "starts a task only once its roster is out (`go`); needs free_slots",
+    )
+    slots = serializers.IntegerField(
+        required=False,
+        default=None,
+        min_value=0,
+        max_value=MAX_STORED_INT,
+        help_text="all the instances the executor has (to tell when a job is larger than the fleet can hold)",
+    )
+    address = serializers.CharField(
+        required=False,
+        max_length=255,
+        default="",
+        allow_blank=True,
+        help_text="where the executor's tasks' peers reach it (default: the address the request came from)",
+    )
+    ports = serializers.CharField(
+        required=False,
+        max_length=32,
+        default="",
+        allow_blank=True,
+        help_text="FIRST-LAST: the range a job's main port is chosen from when its rank 0 runs here",
+    )
+
+    def validate_ports(self, text: str) -> str:
+        if not text:
+            return text
+        try:
+            low, high = parse_ports(text)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
+        return f"{low}-{high}"
+
+    def validate(self, data):
+        if data.get("gang") and data.get("free_slots") is None:
+            raise serializers.ValidationError(
+                {"free_slots": ["an executor that takes tasks says its free_slots"]}
+            )
+        return data
 
     def validate_instance_type(self, name: str) -> str:
         # A misspelt type would otherwise answer "no work" for ever.

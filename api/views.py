@@ -53,6 +53,7 @@ from scheduling.selectors.queue import QueueSnapshot, queue_snapshot
 from scheduling.selectors.visibility import Viewer
 from scheduling.services import configuration as config_services
 from scheduling.services import executor as executor_services
+from scheduling.services import gangs
 from scheduling.services import jobs as job_services
 
 SNAPSHOT_JOBS = 100
@@ -184,7 +185,10 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
             "from now (report at least every `lease_seconds`, naming `attempt`). Each job in `stop` must be "
             "sent SIGTERM, killed at `deadline`, then reported STOPPED. With `wait=N` the request is held up "
             "to N seconds until there is some work, and answers with empty lists otherwise. With `free_slots=N` "
-            "only jobs whose instances fit in N are handed out."
+            "only jobs whose instances fit in N are handed out. With `gang=true` (and `free_slots`) the executor "
+            "takes tasks: it may claim part of a job of several instances, and the answer is "
+            "`{start, go, stop}` (GangWork): start nothing until the task's roster is out (in its start entry, "
+            "or later in `go`)."
         ),
     )
     @action(
@@ -209,7 +213,13 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
             now=timezone.now(),
             instance_type=params.get("instance_type") or "",
             free_slots=params["free_slots"],
+            gang_capable=params["gang"],
+            total_slots=params["slots"],
+            address=params["address"] or request.META.get("REMOTE_ADDR", ""),
+            ports=params["ports"],
         )
+        if params["gang"]:
+            return self._gang_work(environment, executor, params, until)
         while True:
             seen = work_version(environment.pk)  # before the read: a change after it ends the wait
             work = executor_services.executor_work_take(
@@ -221,6 +231,49 @@ class ServiceEnvironmentViewSet(ConfigViewSet):
             if work.start or work.stop or time.monotonic() >= until:
                 return Response(s.WorkSerializer({"start": work.start, "stop": work.stop}).data)
             work_wait(environment_id=environment.pk, seen=seen, until=until)
+
+    def _gang_work(self, environment, executor, params, until):
+        """The poll of an executor that takes tasks: claims, rosters out (`go`) and stops; a slot it frees
+        meanwhile (POST .../offer/) is claimed with in the same wait."""
+        free_slots = params["free_slots"]
+        while True:
+            seen = work_version(environment.pk)
+            work = gangs.gang_work_take(
+                environment=environment,
+                executor=executor,
+                instance_type=params.get("instance_type"),
+                free_slots=free_slots,
+            )
+            if work.start or work.go or work.stop or time.monotonic() >= until:
+                body = {"start": work.start, "go": work.go, "stop": work.stop}
+                return Response(s.GangWorkSerializer(body).data)
+            work_wait(environment_id=environment.pk, seen=seen, until=until)
+            free_slots = gangs.offered_slots(executor=executor)
+
+    @extend_schema(
+        request=s.OfferSerializer,
+        responses={204: None},
+        summary="An executor that takes tasks says its free slots changed (its waiting poll claims with them)",
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        serializer_class=s.OfferSerializer,
+        permission_classes=[IsAuthenticated, CanReportJobStatus],
+        filter_backends=[],
+        pagination_class=None,
+    )
+    def offer(self, request, pk=None):
+        environment = self.get_object()
+        executor_services.executor_serves_check(actor=request.user, environment=environment)
+        body = s.OfferSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        gangs.offer_update(
+            environment=environment,
+            name=body.validated_data["executor"],
+            free_slots=body.validated_data["free_slots"],
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class JobQueueViewSet(ConfigViewSet):

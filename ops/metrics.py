@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 
-from django.db.models import Count
+from django.db.models import Count, DurationField, ExpressionWrapper, F, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -22,11 +22,15 @@ from scheduling.models import (
     Event,
     EventKind,
     Job,
+    JobAttempt,
     JobQueue,
+    JobTask,
     PassHistogramBucket,
     ShareCapacityLimit,
 )
 from scheduling.selectors.usage import queue_usage
+
+CLAIM_TO_RUNNING_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800)
 
 
 class QuotaportalCollector(Collector):
@@ -83,6 +87,17 @@ class QuotaportalCollector(Collector):
         yield self._protected_jobs(queues)
         yield self._preemptions()
         yield from self._pass_durations()
+        yield self._event_counter(
+            "quotaportal_start_timeouts",
+            "Placed jobs not started by all their executors in time (START_TIMEOUT)",
+            EventKind.START_TIMEOUT,
+        )
+        yield self._event_counter(
+            "quotaportal_tasks_lost",
+            "Tasks of jobs on several hosts lost by their executors",
+            EventKind.TASK_LOST,
+        )
+        yield self._claim_to_running()
 
     def _lending_limits(self) -> GaugeMetricFamily:
         gauge = GaugeMetricFamily(
@@ -146,6 +161,47 @@ class QuotaportalCollector(Collector):
                 if (queue_id, kind) not in seen:
                     counter.add_metric([name, EventKind(kind).value], 0)
         return counter
+
+    def _event_counter(self, name: str, documentation: str, kind: str) -> CounterMetricFamily:
+        """How many events of the kind each queue has had (0 for a queue without any)."""
+        counter = CounterMetricFamily(name, documentation, labels=["queue"])
+        counts = dict(
+            Event.objects.filter(kind=kind, job_queue__isnull=False)
+            .values_list("job_queue_id")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for queue_id, queue_name in JobQueue.objects.values_list("id", "name").order_by("name"):
+            counter.add_metric([queue_name], counts.get(queue_id, 0))
+        return counter
+
+    def _claim_to_running(self) -> HistogramMetricFamily:
+        """From an attempt's first claim to RUNNING (every task running), for jobs run as tasks. One query."""
+        histogram = HistogramMetricFamily(
+            "quotaportal_claim_to_running_seconds",
+            "From the first claim of an attempt run as tasks to all its tasks running",
+            labels=[],
+        )
+        first_claim = (
+            JobTask.objects.filter(job_id=OuterRef("job_id"), attempt=OuterRef("attempt"))
+            .order_by("claimed_at")
+            .values("claimed_at")[:1]
+        )
+        waits = JobAttempt.objects.filter(started_at__isnull=False).annotate(
+            wait=ExpressionWrapper(F("started_at") - Subquery(first_claim), output_field=DurationField())
+        )
+        buckets = {
+            f"le_{i}": Count("id", filter=Q(wait__lte=timedelta(seconds=le)))
+            for i, le in enumerate(CLAIM_TO_RUNNING_BUCKETS)
+        }
+        totals = waits.filter(wait__isnull=False).aggregate(count=Count("id"), total=Sum("wait"), **buckets)
+        histogram.add_metric(
+            [],
+            [(repr(float(le)), totals[f"le_{i}"]) for i, le in enumerate(CLAIM_TO_RUNNING_BUCKETS)]
+            + [("+Inf", totals["count"])],
+            sum_value=totals["total"].total_seconds() if totals["total"] is not None else 0.0,
+        )
+        return histogram
 
     def _pass_durations(self) -> Iterator[HistogramMetricFamily]:
         histogram = HistogramMetricFamily(

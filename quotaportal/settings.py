@@ -230,6 +230,10 @@ SIMULATED_STOP_SECONDS = envint("SIMULATED_STOP_SECONDS", 3, minimum=0, maximum=
 # A long-polling executor (GET .../work/?wait=N) rereads the database at least this often, even when no
 # change was signalled through the cache (a lost signal costs at most this much latency).
 WORK_RECHECK_SECONDS = envint("WORK_RECHECK_SECONDS", 5, minimum=1, maximum=30)
+# A job not started in time (START_TIMEOUT) waits this long before its next placement, doubling after each
+# timeout up to the maximum (1, 2, 4 ... 60 minutes by default).
+START_BACKOFF_BASE_SECONDS = envint("START_BACKOFF_BASE_SECONDS", 60, minimum=1, maximum=86_400)
+START_BACKOFF_MAX_SECONDS = envint("START_BACKOFF_MAX_SECONDS", 3600, minimum=1, maximum=86_400)
 # Where seed_demo writes the token of the demo's agent (the Procfile's `agent` reads it with --token-file).
 DEMO_AGENT_TOKEN_FILE = VAR_DIR / "agent-token"
 # Utilization samples for the charts: at most one per queue per interval, kept for HISTORY_DAYS.
@@ -409,6 +413,8 @@ SPECTACULAR_SETTINGS = {
         "JobStatusEnum": "scheduling.models.JobStatus",
         "ReportedJobStatusEnum": "scheduling.services.executor.REPORTABLE_STATUSES",
         "TrainingPlanStatusEnum": "scheduling.models.TrainingPlan.Status",
+        "TaskStateEnum": "scheduling.models.TaskState",
+        "StateEnum": "scheduling.models.State",
     },
 }
 

@@ -32,6 +32,8 @@ MAX_STOP_GRACE_SECONDS = 3600
 MIN_LEASE_SECONDS = 10
 MAX_LEASE_SECONDS = 86400
 MAX_ATTEMPT_DURATION_SECONDS = 2_592_000  # 30 days, AWS Batch's own bound on timeoutConfig
+MIN_START_DEADLINE_SECONDS = 5
+MAX_START_DEADLINE_SECONDS = 86400
 
 
 # Choices are labelled with their codes, the SPEC's spelling: one way on the pages, in the admin and the API
@@ -114,6 +116,15 @@ class ServiceEnvironment(models.Model):
         validators=[MinValueValidator(MIN_LEASE_SECONDS), MaxValueValidator(MAX_LEASE_SECONDS)],
         help_text="A job taken by an executor that reports nothing for this long is lost (EXECUTOR_LOST).",
     )
+    start_deadline_seconds = models.PositiveIntegerField(
+        default=600,
+        validators=[
+            MinValueValidator(MIN_START_DEADLINE_SECONDS),
+            MaxValueValidator(MAX_START_DEADLINE_SECONDS),
+        ],
+        help_text="A placed job not started by all its executors within this time goes back to RUNNABLE "
+        "(START_TIMEOUT) and waits before its next placement.",
+    )
     executor_accounts = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
         blank=True,
@@ -131,6 +142,13 @@ class ServiceEnvironment(models.Model):
             models.CheckConstraint(
                 condition=Q(lease_seconds__gte=MIN_LEASE_SECONDS, lease_seconds__lte=MAX_LEASE_SECONDS),
                 name="environment_lease_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(
+                    start_deadline_seconds__gte=MIN_START_DEADLINE_SECONDS,
+                    start_deadline_seconds__lte=MAX_START_DEADLINE_SECONDS,
+                ),
+                name="environment_start_deadline_range",
             ),
         ]
 
@@ -156,6 +174,13 @@ class Executor(models.Model):
     # it did not say), so a job placed but not taken can say whether any executor has room for it.
     offered_instance_type = models.CharField(max_length=64, blank=True, default="")
     offered_slots = models.PositiveIntegerField(null=True, blank=True)
+    # Executors that ask for tasks (`gang=1` on the work endpoint) may take part of a job of several instances;
+    # the others are handed only jobs they can take whole. `total_slots`: all the instances it has (None: it
+    # did not say); `address`: where its tasks' peers reach it; `ports`: the range it gives a job's main port.
+    gang_capable = models.BooleanField(default=False)
+    total_slots = models.PositiveIntegerField(null=True, blank=True)
+    address = models.CharField(max_length=255, blank=True, default="")
+    ports = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         ordering = ["service_environment_id", "name"]
@@ -384,6 +409,9 @@ class StopOutcome(models.TextChoices):
     RUNNABLE = "RUNNABLE"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
+    # Rank 0 of a job on several hosts exited 0: the other ranks have the grace period to finish (no stop is
+    # sent them before it ends).
+    SUCCEEDED = "SUCCEEDED"
 
 
 FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
@@ -462,6 +490,12 @@ class Job(models.Model):
     stop_reason = models.TextField(blank=True, default="")
     nominated_entry = models.PositiveSmallIntegerField(null=True, blank=True)
     nominated_victims = models.JSONField(default=list, blank=True)
+    # Jobs on several executors (SPEC 4.1): when the last task was claimed and the roster handed out (None:
+    # still gathering); how often the job was placed and not started in time; and the backoff that follows,
+    # before which no pass places it again.
+    roster_at = models.DateTimeField(null=True, blank=True)
+    start_timeouts = models.PositiveIntegerField(default=0)
+    not_before = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -634,6 +668,74 @@ class JobAttempt(models.Model):
     def __str__(self) -> str:
         return f"attempt of job {self.job_id} on {self.instance_type_id} x{self.instance_count}"
 
+    @property
+    def attempt_tasks(self) -> list[JobTask]:
+        """The attempt's tasks by rank (none for a job taken whole): from the job's `tasks`, which readers
+        prefetch (`scheduling.selectors.jobs.jobs_in_full`)."""
+        return [task for task in self.job.tasks.all() if task.attempt == self.attempt]
+
+
+class TaskState(models.TextChoices):
+    WAITING = "WAITING"  # claimed, its slots held, nothing started: the gang gathers, or the roster is out
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    LOST = "LOST"  # its executor went silent for lease_seconds
+    RELEASED = "RELEASED"  # the claim was given up before anything ran: its instances may be claimed again
+
+
+LIVE_TASK_STATES = (TaskState.WAITING, TaskState.RUNNING)
+
+
+class JobTask(models.Model):
+    """One executor's claim of some of an attempt's instances (SPEC 4.1): its rank is its index, 0 first.
+
+    A job taken whole through the task protocol has one task; a job taken by an executor that does not ask for
+    tasks has none (`Job.taken_by` holds it). Each task holds its own lease; `Job.lease_expires_at` is the
+    earliest of its live tasks' leases.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
+    attempt = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField()
+    instances = models.PositiveIntegerField()
+    executor = models.ForeignKey(
+        Executor, on_delete=models.SET_NULL, null=True, blank=True, related_name="tasks", db_index=False
+    )
+    executor_name = models.CharField(max_length=128)
+    address = models.CharField(max_length=255, blank=True, default="")
+    port = models.PositiveIntegerField(null=True, blank=True)  # rank 0's: the job's main port
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.WAITING)
+    claimed_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    output_tail = models.TextField(blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job_id", "attempt", "rank", "id"]
+        indexes = [models.Index(fields=["executor", "state"], name="task_executor_state_idx")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "attempt", "rank"],
+                condition=~Q(state="RELEASED"),
+                name="task_unique_live_rank",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in TaskState]), name="task_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt} rank {self.rank} on {self.executor_name}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_TASK_STATES
+
 
 class EventKind(models.TextChoices):
     """The code is what the API and the logs carry; the label is how a person reads it."""
@@ -655,6 +757,8 @@ class EventKind(models.TextChoices):
     CANCELLED = "CANCELLED", "cancelled"
     CONFIG_CHANGED = "CONFIG_CHANGED", "configuration changed"
     ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT", "attempt timed out"
+    START_TIMEOUT = "START_TIMEOUT", "not started in time"
+    TASK_LOST = "TASK_LOST", "task lost by its executor"
 
 
 PREEMPTION_KINDS = (

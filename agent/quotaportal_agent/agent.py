@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from quotaportal_agent import runner
+from quotaportal_agent import gang, runner
 from quotaportal_agent.client import Backoff, Client, Delivery, ReportOutcome
 from quotaportal_agent.state import Report, RunningJob, State, attempt_key
 
@@ -33,6 +33,7 @@ REASON_CHARS = 2000
 OUTPUT_TAIL_CHARS = 65536
 EXIT_CODES = range(-(2**31), 2**31)
 REFUSED_PREFIX = "the server refused this attempt's report"
+GO_PAUSE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,12 @@ class Config:
     # them as ended while it was away.
     stop_jobs_on_exit: bool = False
     exit_grace_seconds: float = 3.0
+    # Ask for tasks (jobs on several hosts, SPEC 4.1): claim part of a job, start it once the roster comes.
+    tasks: bool = True
+    advertise_address: str = ""  # where peers reach this host ("" the address it reaches the server from)
+    ports: str = "29400-29499"  # a job's main port, when its rank 0 runs here, is one of these
+    gpus_per_instance: int | None = None  # None: the instance type's gpu_count, as the server says
+    network_interface: str = ""  # the interface tasks reach each other on (NCCL/GLOO_SOCKET_IFNAME)
 
 
 @dataclass
@@ -81,6 +88,10 @@ class Agent:
         # poll brought have been placed, so the next poll offers only what they left.
         self.offered = config.slots
         self.work_handled = threading.Event()
+        # Slots freed while a poll waits are offered at once (POST .../offer/), not when the poll returns.
+        self.poll_offered: int | None = None  # what the poll in flight offered (None: none in flight)
+        self.offer_wanted = threading.Event()
+        self.offer_value = 0
 
     # -- the loop ---------------------------------------------------------------------------------------
 
@@ -91,6 +102,8 @@ class Agent:
         reporter = threading.Thread(target=self.report_loop, name="reporter", daemon=True)
         poller.start()
         reporter.start()
+        if self.config.tasks:
+            threading.Thread(target=self.offer_loop, name="offerer", daemon=True).start()
         log.info(
             "agent up: environment %s, %s x %d slots, state %s",
             self.config.environment_id,
@@ -160,6 +173,10 @@ class Agent:
         self.retry_held()
         self.heartbeat()
         self.offered = self.free_count()
+        in_flight = self.poll_offered
+        if self.config.tasks and in_flight is not None and self.offered > max(in_flight, self.offer_value):
+            self.offer_value = self.offered
+            self.offer_wanted.set()
 
     def handle(self, kind: str, payload: Any) -> None:
         if kind == "work":
@@ -168,7 +185,10 @@ class Agent:
             self.watch_processes()  # a victim killed just now frees its slots before the starts are placed
             for entry in payload["start"]:
                 self.handle_start(entry)
+            for entry in payload.get("go", []):
+                self.handle_go(entry)
             self.offered = self.free_count()
+            self.offer_value = 0
             self.work_handled.set()
         elif kind == "refused":
             self.handle_refused(*payload)
@@ -180,29 +200,60 @@ class Agent:
         backoff = Backoff(maximum=self.config.max_backoff_seconds)
         while not self.shutdown.is_set():
             began = time.monotonic()
+            offered = self.offered
+            self.poll_offered = offered
             try:
                 work = self.client.work(
                     self.config.environment_id,
                     self.config.instance_type,
                     self.config.wait_seconds,
-                    free_slots=self.offered,
+                    free_slots=offered,
+                    tasks=self.tasks_query(),
                 )
             except Exception:  # a bug or an answer nobody foresaw must not end the polling, and with it stops
                 log.exception("work poll")
                 work = None
+            finally:
+                self.poll_offered = None
             if work is None:
                 backoff.wait(self.shutdown)
                 continue
             backoff.reset()
-            if work["start"] or work["stop"]:
+            if work["start"] or work["stop"] or work.get("go"):
                 self.work_handled.clear()
                 self.events.put(("work", work))
-                if work["start"]:
+                if work["start"] or work.get("go"):
                     # The next poll offers the slots these starts leave: wait until they are placed.
                     self.work_handled.wait(timeout=5.0)
             if not work["start"]:
-                # A stop is repeated on every poll until it is reported: do not spin on it.
-                self.shutdown.wait(max(0.0, self.config.min_poll_seconds - (time.monotonic() - began)))
+                # A stop is repeated on every poll until it is reported, a go until the task's RUNNING is: do
+                # not spin on them. A go is answered within moments (the process is started at once), so the
+                # pause after one is short: a stop arriving meanwhile must not wait a whole poll interval.
+                pause = (
+                    GO_PAUSE_SECONDS if work.get("go") and not work["stop"] else self.config.min_poll_seconds
+                )
+                self.shutdown.wait(max(0.0, pause - (time.monotonic() - began)))
+
+    def tasks_query(self) -> dict[str, Any] | None:
+        """What a poll that asks for tasks says of this host (None: the agent takes only whole jobs)."""
+        if not self.config.tasks:
+            return None
+        return {
+            "slots": self.config.slots,
+            "address": self.config.advertise_address,
+            "ports": self.config.ports,
+        }
+
+    def offer_loop(self) -> None:
+        """Tell the server at once when slots free while a poll waits, so its poll claims with them."""
+        while not self.shutdown.is_set():
+            if not self.offer_wanted.wait(0.5):
+                continue
+            self.offer_wanted.clear()
+            try:
+                self.client.offer(self.config.environment_id, self.offer_value)
+            except Exception:
+                log.exception("offering free slots")
 
     def report_loop(self) -> None:
         """Deliver the outbox in order; a report the server cannot take now blocks those after it."""
@@ -235,8 +286,12 @@ class Agent:
         except (KeyError, TypeError, ValueError):
             log.error("ignoring a start entry without a job id and attempt: %.300r", entry)
             return
-        if self.state.has_seen(job_id, attempt) or any(
-            h.entry["id"] == job_id and h.entry["attempt"] == attempt for h in self.held
+        task = entry.get("task", 0)
+        if not isinstance(task, int) or isinstance(task, bool) or task < 0:
+            log.error("ignoring a start entry with a bad task: %.300r", entry)
+            return
+        if self.state.has_seen(job_id, attempt, task) or any(
+            _key(h.entry) == attempt_key(job_id, attempt, task) for h in self.held
         ):
             return  # offered again (a repeat, or our STARTING not yet delivered): never run twice
         for older in [j for j in self.state.jobs.values() if j.id == job_id and j.attempt < attempt]:
@@ -246,12 +301,12 @@ class Agent:
             self.try_start(entry, hold_until=time.monotonic() + self.config.hold_seconds)
         except Exception as error:  # one odd entry must not take the agent, and every job, down
             log.exception("job %s attempt %s: cannot take %.300r", job_id, attempt, entry)
-            if not self.state.has_seen(job_id, attempt):
+            if not self.state.has_seen(job_id, attempt, task):
                 self.fail_untaken(entry, f"bad start entry: {error}")
 
     def try_start(self, entry: dict[str, Any], *, hold_until: float | None) -> None:
         """Start the entry's process, fail it, or (until `hold_until`) hold it for slots still being freed."""
-        count, total = entry.get("instance_count", 1), self.config.slots
+        count, total = _count(entry), self.config.slots
         instance_type = entry.get("instance_type", self.config.instance_type)
         try:
             command, extra_env = runner.command_of(entry.get("payload"))
@@ -286,6 +341,12 @@ class Agent:
 
     def start(self, entry: dict[str, Any], command: list[str], extra_env: dict[str, str], slots: list[int]):
         job_dir = self.config.work_dir / "jobs" / str(entry["id"])
+        tasked = "task" in entry
+        task = entry.get("task", 0)
+        stem = f"attempt-{entry['attempt']}" + (f"-task-{task}" if task else "")
+        gpus_per_instance = self.config.gpus_per_instance
+        if gpus_per_instance is None and isinstance(entry.get("gpus_per_instance"), int):
+            gpus_per_instance = entry["gpus_per_instance"]
         job = RunningJob(
             id=entry["id"],
             attempt=entry["attempt"],
@@ -294,31 +355,106 @@ class Agent:
             instance_count=len(slots),
             slots=slots,
             work_dir=str(job_dir),
-            log_path=str(job_dir / f"attempt-{entry['attempt']}.log"),
-            exit_file=str(job_dir / f"attempt-{entry['attempt']}.exit"),
+            log_path=str(job_dir / f"{stem}.log"),
+            exit_file=str(job_dir / f"{stem}.exit"),
             stop_grace_seconds=float(
                 entry.get("stop_grace_seconds") or self.config.default_stop_grace_seconds
             ),
+            tasked=tasked,
+            task=task,
+            waiting=tasked,
+            gpus_per_instance=gpus_per_instance,
+            job_instance_count=int(entry.get("instance_count") or len(slots)),
+            command=command,
+            payload_env=extra_env,
         )
         with self.state.lock:  # the reporter thread saves the state too
             self.state.jobs[job.key] = job
-        self.report(job, "STARTING", f"starting on slots {','.join(map(str, slots))}")  # also saves the state
+        if tasked and entry.get("roster") is None:
+            log.info(
+                "job %s attempt %s: rank %s claimed on slots %s; waiting for the roster",
+                job.id,
+                job.attempt,
+                task,
+                slots,
+            )
+            self.report(
+                job, "STARTING", f"rank {task} holds slots {_slots(slots)}; waiting for the other instances"
+            )
+            return
+        self.report(job, "STARTING", f"starting on slots {_slots(slots)}")  # also saves the state
+        self.spawn(job, entry.get("roster"))
+
+    def spawn(self, job: RunningJob, roster: dict[str, Any] | None) -> None:
+        """Start the process of a whole job, or of a task whose roster came."""
+        task_env = None
+        if job.tasked:
+            try:
+                roster = gang.check_roster(roster, job.task)
+                task_env = gang.task_environment(
+                    job_id=job.id,
+                    attempt=job.attempt,
+                    rank=job.task,
+                    roster=roster,
+                    instance_type=job.instance_type,
+                    instance_count=job.job_instance_count,
+                    gpus=gang.gpus_of(job.slots, job.gpus_per_instance or 0),
+                    task_dir=Path(job.work_dir) / f"attempt-{job.attempt}-task-{job.task}",
+                    payload_env=job.payload_env or {},
+                    interface=self.config.network_interface,
+                )
+            except (ValueError, OSError) as error:
+                job.waiting = False
+                self.finish(job, None, f"could not start the task: {error}")
+                return
+        job.waiting = False
         try:
-            process = runner.spawn(job, command, extra_env)
+            process = runner.spawn(job, job.command or [], job.payload_env or {}, task_env)
         except OSError as error:
             self.finish(job, None, f"could not start the process: {error}")
             return
         job.pid, job.pid_started = process.pid, runner.start_time(process.pid)
+        job.command = job.payload_env = None
         self.processes[job.key] = process
-        log.info("job %s attempt %s started: pid %s, slots %s", job.id, job.attempt, job.pid, slots)
+        log.info(
+            "job %s attempt %s task %s started: pid %s, slots %s",
+            job.id,
+            job.attempt,
+            job.task,
+            job.pid,
+            job.slots,
+        )
         self.report(job, "RUNNING", f"running as pid {job.pid}")
 
+    def handle_go(self, entry: dict[str, Any]) -> None:
+        """The roster of a task claimed here came: start it (a repeat for a started task changes nothing)."""
+        try:
+            job_id, attempt, task = int(entry["id"]), int(entry["attempt"]), int(entry["task"])
+        except (KeyError, TypeError, ValueError):
+            log.error("ignoring a go entry without a job id, attempt and task: %.300r", entry)
+            return
+        key = attempt_key(job_id, attempt, task)
+        job = self.state.jobs.get(key)
+        if job is None:
+            if key not in self.state.finished:
+                # Claimed for us as far as the server knows (an answer we never saw): say nothing runs here.
+                with self.state.lock:
+                    self.state.finished.append(key)
+                    self.enqueue(job_id, attempt, "STOPPED", "not running on this agent", task=task)
+            return
+        if job.waiting and not job.stopping:
+            self.spawn(job, entry.get("roster"))
+
     def fail_untaken(self, entry: dict[str, Any], reason: str) -> None:
-        """Fail an attempt that never got a process (exit code null), so its job does not wait for a lease."""
+        """Fail an attempt that never got a process (exit code null), so its job does not wait for a lease. A
+        task claimed here but not startable is given back instead (STOPPED): another host may take it."""
         log.warning("job %s attempt %s failed without running: %.500s", entry["id"], entry["attempt"], reason)
+        task = entry.get("task") if isinstance(entry.get("task"), int) else None
         with self.state.lock:
-            self.state.finished.append(attempt_key(entry["id"], entry["attempt"]))
-            self.enqueue(entry["id"], entry["attempt"], "FAILED", reason)
+            self.state.finished.append(attempt_key(entry["id"], entry["attempt"], task or 0))
+            self.enqueue(
+                entry["id"], entry["attempt"], "STOPPED" if task is not None else "FAILED", reason, task=task
+            )
 
     def handle_stop(self, entry: dict[str, Any]) -> None:
         try:
@@ -326,10 +462,13 @@ class Agent:
         except (KeyError, TypeError, ValueError):
             log.error("ignoring a stop entry without a job id and attempt: %.300r", entry)
             return
-        key = attempt_key(job_id, attempt)
+        task = entry.get("task", 0) if isinstance(entry.get("task", 0), int) else 0
+        key = attempt_key(job_id, attempt, task)
         job = self.state.jobs.get(key)
-        self.held = [h for h in self.held if attempt_key(h.entry["id"], h.entry["attempt"]) != key]
-        if job is not None:
+        self.held = [h for h in self.held if _key(h.entry) != key]
+        if job is not None and job.waiting:
+            self.release(job, "released before it started: the server gave the claim up")
+        elif job is not None:
             grace = job.stop_grace_seconds
             self.stop(job, deadline_of(entry.get("deadline"), grace), "stopped by the server")
         elif key not in self.state.finished:
@@ -337,7 +476,26 @@ class Agent:
             # say at once that nothing runs, so its capacity need not wait for the deadline.
             with self.state.lock:
                 self.state.finished.append(key)
-                self.enqueue(job_id, attempt, "STOPPED", "not running on this agent")
+                self.enqueue(
+                    job_id,
+                    attempt,
+                    "STOPPED",
+                    "not running on this agent",
+                    task=task if "task" in entry else None,
+                )
+
+    def release(self, job: RunningJob, reason: str, *, report: bool = True) -> None:
+        """A task that never started gives its slots back (reported STOPPED unless the server knows)."""
+        log.info("job %s attempt %s rank %s: %s", job.id, job.attempt, job.task, reason)
+        with self.state.lock:
+            del self.state.jobs[job.key]
+            self.state.finished.append(job.key)
+            self.last_report.pop(job.key, None)
+            if report:
+                self.enqueue(job.id, job.attempt, "STOPPED", reason, task=job.task)
+            else:
+                self.state.forget_reports(job.id, job.attempt, job.task)
+                self.state.save()
 
     def stop(self, job: RunningJob, kill_at: float, reason: str) -> None:
         """SIGTERM the job's process group now and SIGKILL it at `kill_at` (epoch seconds) if still there."""
@@ -360,7 +518,10 @@ class Agent:
         """A newer attempt of the job came to us, so the server has given this one up: kill it at once."""
         log.warning("job %s attempt %s replaced by a newer attempt: killing it", job.id, job.attempt)
         job.gone = True
-        self.state.forget_reports(job.id, job.attempt)
+        self.state.forget_reports(job.id, job.attempt, job.task)
+        if job.pid is None:
+            self.release(job, "replaced by a newer attempt", report=False)
+            return
         if job.pid is not None:
             runner.signal_group(job.pid, signal.SIGKILL)
         until = time.monotonic() + 5
@@ -369,14 +530,20 @@ class Agent:
             time.sleep(0.02)
 
     def handle_refused(self, report: Report, outcome: ReportOutcome) -> None:
-        attempt, status = report.body["attempt"], report.body["status"]
-        job = self.state.jobs.get(attempt_key(report.job_id, attempt))
+        attempt, status, task = report.body["attempt"], report.body["status"], report.body.get("task", 0)
+        job = self.state.jobs.get(attempt_key(report.job_id, attempt, task))
         if outcome.delivery is Delivery.REFUSED:
             log.error("job %s: the server refused report %s: %s", report.job_id, status, outcome.detail)
             if status in FINAL and not str(report.body.get("reason", "")).startswith(REFUSED_PREFIX):
                 # The attempt still ended: say so with nothing in the report the server could refuse.
                 with self.state.lock:
-                    self.enqueue(report.job_id, attempt, status, f"{REFUSED_PREFIX} ({outcome.detail})")
+                    self.enqueue(
+                        report.job_id,
+                        attempt,
+                        status,
+                        f"{REFUSED_PREFIX} ({outcome.detail})",
+                        task=report.body.get("task"),
+                    )
             return
         log.warning(
             "job %s attempt %s: report %s answered %s: %s",
@@ -386,8 +553,11 @@ class Agent:
             outcome.delivery.value,
             outcome.detail,
         )
-        self.state.forget_reports(report.job_id, attempt)
+        self.state.forget_reports(report.job_id, attempt, task)
         if job is None or status in FINAL:
+            return
+        if job.waiting:  # the server ended a claim that never started: give its slots back
+            self.release(job, f"the server refused the claim ({outcome.detail})", report=False)
             return
         if outcome.delivery is Delivery.GONE:
             job.gone = True
@@ -400,7 +570,9 @@ class Agent:
     def reconcile(self) -> None:
         """After a restart: adopt the processes still running, report those that ended while we were away."""
         for job in list(self.state.jobs.values()):
-            if job.pid is None:
+            if job.pid is None and job.waiting:
+                self.release(job, "released: the agent restarted before the roster came")
+            elif job.pid is None:
                 self.finish(job, None, "agent restarted before the process was started")
             elif runner.is_alive(job.pid, job.pid_started):
                 log.info("job %s attempt %s: adopted pid %s", job.id, job.attempt, job.pid)
@@ -457,24 +629,38 @@ class Agent:
             if job.gone:
                 self.state.save()
             else:
-                self.enqueue(job.id, job.attempt, status, reason, exit_code, runner.output_tail(job.log_path))
+                tail = runner.output_tail(job.log_path)
+                self.enqueue(
+                    job.id,
+                    job.attempt,
+                    status,
+                    reason,
+                    exit_code,
+                    tail,
+                    task=job.task if job.tasked else None,
+                )
 
     def heartbeat(self) -> None:
         now = time.monotonic()
         for job in list(self.state.jobs.values()):
-            if job.pid is None or job.refused or job.gone:
+            if (job.pid is None and not job.waiting) or job.refused or job.gone:
                 continue
             if now - self.last_report.get(job.key, 0.0) < self.config.heartbeat_seconds:
                 continue
-            if self.state.pending_for(job.id, job.attempt):
+            if self.state.pending_for(job.id, job.attempt, job.task):
                 continue  # the server has not taken the last one yet: one in the outbox renews as well
-            self.report(job, "RUNNING", "stopping" if job.stopping else "running")
+            if job.waiting:
+                self.report(job, "STARTING", f"rank {job.task} waiting for the other instances")
+            else:
+                self.report(job, "RUNNING", "stopping" if job.stopping else "running")
 
     # -- reports --------------------------------------------------------------------------------------
 
     def free_count(self) -> int:
         """Slots a new start could have now: free ones, less those that starts waiting for slots will take."""
-        waiting = sum(_count(held.entry) for held in self.held)
+        waiting = sum(
+            c for held in self.held if isinstance(c := _count(held.entry), int) and not isinstance(c, bool)
+        )
         return max(0, len(self.free_slots()) - waiting)
 
     def free_slots(self) -> list[int]:
@@ -483,7 +669,7 @@ class Agent:
 
     def report(self, job: RunningJob, status: str, reason: str) -> None:
         tail = runner.output_tail(job.log_path) if status == "RUNNING" else ""
-        self.enqueue(job.id, job.attempt, status, reason, None, tail)
+        self.enqueue(job.id, job.attempt, status, reason, None, tail, task=job.task if job.tasked else None)
 
     def enqueue(
         self,
@@ -493,7 +679,10 @@ class Agent:
         reason: str,
         exit_code: int | None = None,
         output_tail: str = "",
+        task: int | None = None,
     ) -> None:
+        """Queue a report; `task` (a task of a job run as tasks) goes in its body only when given, so a whole
+        job's report is what a server without tasks takes."""
         if exit_code is not None and exit_code not in EXIT_CODES:
             reason, exit_code = f"{reason} (exit code {exit_code} out of range)", None
         body = {
@@ -503,8 +692,10 @@ class Agent:
             "exit_code": exit_code,
             "output_tail": storable(output_tail)[-OUTPUT_TAIL_CHARS:],
         }
+        if task is not None:
+            body["task"] = task
         self.state.enqueue(job_id, body)
-        self.last_report[attempt_key(job_id, attempt)] = time.monotonic()
+        self.last_report[attempt_key(job_id, attempt, task or 0)] = time.monotonic()
         self.outbox_changed.set()
 
 
@@ -528,7 +719,15 @@ def deadline_of(value: Any, grace: float) -> float:
     return time.time() + grace
 
 
-def _count(entry: dict[str, Any]) -> int:
-    """A start entry's instance count as `handle_start` reads it (a held one was checked to be a number)."""
-    count = entry.get("instance_count", 1)
-    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+def _count(entry: dict[str, Any]) -> Any:
+    """The slots a start entry needs: a task's instances, or the whole job's (checked to be a number later)."""
+    return entry.get("task_instances", 1) if "task" in entry else entry.get("instance_count", 1)
+
+
+def _key(entry: dict[str, Any]) -> str:
+    task = entry.get("task", 0)
+    return attempt_key(entry["id"], entry["attempt"], task if isinstance(task, int) else 0)
+
+
+def _slots(slots: list[int]) -> str:
+    return ",".join(map(str, slots))

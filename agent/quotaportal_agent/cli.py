@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from quotaportal_agent.agent import Agent, Config
 from quotaportal_agent.client import Backoff, Client
+from quotaportal_agent.gang import advertise_address
 from quotaportal_agent.state import StateFileLock
 
 PROG = "quotaportal-agent"
@@ -44,6 +45,29 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, not {text!r}")
+    return value
+
+
+def port_range(text: str) -> str:
+    first, _, last = text.partition("-")
+    try:
+        low, high = int(first), int(last or first)
+    except ValueError:
+        low = high = 0
+    if not 1024 <= low <= high <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be FIRST-LAST within 1024-65535, e.g. 29400-29499, not {text!r}"
+        )
+    return f"{low}-{high}"
 
 
 def wait_seconds(text: str) -> int:
@@ -96,6 +120,33 @@ def build_parser() -> Parser:
         help="on SIGTERM or SIGINT, stop the jobs' processes too (default: leave them for the next agent)",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--advertise-address",
+        type=non_empty,
+        help="where the other hosts of a job reach this one (default: the address it reaches the portal from)",
+    )
+    parser.add_argument(
+        "--port-range",
+        type=port_range,
+        default="29400-29499",
+        help="FIRST-LAST: a job's main port, when its rank 0 runs here, is one of these (default 29400-29499)",
+    )
+    parser.add_argument(
+        "--gpus-per-instance",
+        type=non_negative_int,
+        help="GPUs of each instance (slot) (default: the instance type's gpu_count, as the portal says)",
+    )
+    parser.add_argument(
+        "--network-interface",
+        type=non_empty,
+        help="the interface the hosts of a job reach each other on: NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME "
+        "and SageMaker's network_interface_name (default: none set)",
+    )
+    parser.add_argument(
+        "--whole-jobs-only",
+        action="store_true",
+        help="take only jobs this host can run whole, never part of a job on several hosts",
+    )
     return parser
 
 
@@ -178,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         heartbeat_seconds=args.heartbeat_seconds,
         wait_seconds=args.wait_seconds,
         stop_jobs_on_exit=args.stop_jobs_on_exit,
+        tasks=not args.whole_jobs_only,
+        advertise_address=args.advertise_address or advertise_address(args.url),
+        ports=args.port_range,
+        gpus_per_instance=args.gpus_per_instance,
+        network_interface=args.network_interface or "",
     )
     logging.getLogger(PROG).info("executor name %s", name)
     try:

@@ -118,13 +118,22 @@ class Client:
             return Answer(response.status_code, b"".join(content))
 
     def work(
-        self, environment_id: int, instance_type: str, wait: int, free_slots: int | None = None
+        self,
+        environment_id: int,
+        instance_type: str,
+        wait: int,
+        free_slots: int | None = None,
+        tasks: dict[str, Any] | None = None,
     ) -> dict[str, list[dict]] | None:
-        """Jobs to start (claimed for this agent; with `free_slots`, only jobs that fit in them) and jobs to
-        stop; None if the server could not be asked."""
+        """Jobs to start (claimed for this agent; with `free_slots`, only jobs that fit in them), tasks whose
+        roster came (`go`) and jobs to stop; None if the server could not be asked. With `tasks` (this host's
+        `slots`, `address` and `ports`) the agent asks for tasks: it may be handed part of a job."""
         params = {"instance_type": instance_type, "wait": wait, **self.identity}
         if free_slots is not None:
             params["free_slots"] = max(0, free_slots)
+        if tasks is not None:
+            params["gang"] = "true"
+            params.update({key: value for key, value in tasks.items() if value not in (None, "")})
         try:
             response = self._ask(
                 "GET",
@@ -140,7 +149,10 @@ class Client:
             return None
         try:
             body = response.json()
-            return {"start": list(body.get("start") or []), "stop": list(body.get("stop") or [])}
+            work = {"start": list(body.get("start") or []), "stop": list(body.get("stop") or [])}
+            if tasks is not None:
+                work["go"] = list(body.get("go") or [])
+            return work
         except (
             ValueError,
             AttributeError,
@@ -150,7 +162,24 @@ class Client:
             log.warning("work poll answered something that is not the work document: %.200s", response.text)
             return None
 
+    def offer(self, environment_id: int, free_slots: int) -> bool:
+        """Say the agent's free slots changed (its waiting poll claims with them); False if not heard."""
+        body = {"executor": self.identity.get("executor", ""), "free_slots": max(0, free_slots)}
+        try:
+            response = self._ask(
+                "POST",
+                self.url("service-environments", environment_id, "offer"),
+                json=body,
+                timeout=self.timeout,
+            )
+        except (requests.RequestException, AnswerTooLarge) as error:
+            log.warning("offer failed: %s", error)
+            return False
+        return response.status_code == 204
+
     def report(self, job_id: int, body: dict[str, Any]) -> ReportOutcome:
+        if "task" in body and self.identity.get("executor"):
+            body = {**body, "executor": self.identity["executor"]}  # whose task: a rank may be claimed again
         try:
             response = self._ask(
                 "POST", f"{self.base}/jobs/{job_id}/report/", json=body, timeout=self.timeout

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from quotaportal_agent.gang import gpus_of
 from quotaportal_agent.state import RunningJob
 from quotaportal_agent.supervise import exit_code_of
 
@@ -48,17 +49,27 @@ def command_of(payload: Any) -> tuple[list[str], dict[str, str]]:
     return command, env
 
 
-def spawn(job: RunningJob, command: list[str], extra_env: dict[str, str]) -> subprocess.Popen:
-    """Start the job's process group; raises OSError if even the supervisor cannot start."""
+def spawn(
+    job: RunningJob, command: list[str], extra_env: dict[str, str], task_env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start the job's process group; raises OSError if even the supervisor cannot start. `task_env`: the
+    variables of a task of a job run as tasks (`quotaportal_agent.gang`), instead of a whole job's."""
     Path(job.work_dir).mkdir(parents=True, exist_ok=True)
+    gpus = job.slots if job.gpus_per_instance is None else gpus_of(job.slots, job.gpus_per_instance)
     env = {
         **os.environ,
         **extra_env,
-        "QUOTAPORTAL_JOB_ID": str(job.id),
-        "QUOTAPORTAL_ATTEMPT": str(job.attempt),
-        "QUOTAPORTAL_INSTANCE_TYPE": job.instance_type,
-        "QUOTAPORTAL_INSTANCE_COUNT": str(job.instance_count),
-        "CUDA_VISIBLE_DEVICES": ",".join(str(slot) for slot in job.slots),
+        **(
+            task_env
+            if task_env is not None
+            else {
+                "QUOTAPORTAL_JOB_ID": str(job.id),
+                "QUOTAPORTAL_ATTEMPT": str(job.attempt),
+                "QUOTAPORTAL_INSTANCE_TYPE": job.instance_type,
+                "QUOTAPORTAL_INSTANCE_COUNT": str(job.instance_count),
+                "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in gpus),
+            }
+        ),
     }
     with open(job.log_path, "ab") as log:
         return subprocess.Popen(

@@ -21,8 +21,9 @@ FORMAT = 1
 FINISHED_REMEMBERED = 1000
 
 
-def attempt_key(job_id: int, attempt: int) -> str:
-    return f"{job_id}:{attempt}"
+def attempt_key(job_id: int, attempt: int, task: int = 0) -> str:
+    """`job:attempt`, and `job:attempt:task` for a task other than 0 of a job run as tasks."""
+    return f"{job_id}:{attempt}" if not task else f"{job_id}:{attempt}:{task}"
 
 
 @dataclass
@@ -47,10 +48,18 @@ class RunningJob:
     killed: bool = False
     refused: bool = False  # the server refused a report (409): no more heartbeats, only the final report
     gone: bool = False  # the server forgot the job (404), or a newer attempt replaced it: nothing is reported
+    # A task of a job run as tasks (the server handed it out with a rank): its reports name `task`.
+    tasked: bool = False
+    task: int = 0
+    waiting: bool = False  # claimed, its slots held, nothing started: the roster has not come yet
+    gpus_per_instance: int | None = None
+    job_instance_count: int = 0  # the whole job's (this task holds `instance_count` of them)
+    command: list[str] | None = None  # kept while waiting: the process starts when the roster comes
+    payload_env: dict[str, str] | None = None
 
     @property
     def key(self) -> str:
-        return attempt_key(self.id, self.attempt)
+        return attempt_key(self.id, self.attempt, self.task)
 
 
 @dataclass
@@ -77,7 +86,8 @@ class State:
         data = json.loads(path.read_text())
         if data.get("format") != FORMAT:
             raise ValueError(f"{path}: state file format {data.get('format')!r}, expected {FORMAT}")
-        state.jobs = {attempt_key(job["id"], job["attempt"]): RunningJob(**job) for job in data["jobs"]}
+        jobs = [RunningJob(**job) for job in data["jobs"]]
+        state.jobs = {job.key: job for job in jobs}
         state.finished.extend(data["finished"])
         state.outbox = [Report(**report) for report in data["outbox"]]
         state.next_seq = data["next_seq"]
@@ -99,8 +109,8 @@ class State:
                 os.fsync(out.fileno())
             os.replace(partial, self.path)
 
-    def has_seen(self, job_id: int, attempt: int) -> bool:
-        key = attempt_key(job_id, attempt)
+    def has_seen(self, job_id: int, attempt: int, task: int = 0) -> bool:
+        key = attempt_key(job_id, attempt, task)
         return key in self.jobs or key in self.finished
 
     def enqueue(self, job_id: int, body: dict[str, Any]) -> None:
@@ -118,16 +128,19 @@ class State:
             self.outbox = [queued for queued in self.outbox if queued.seq != report.seq]
             self.save()
 
-    def pending_for(self, job_id: int, attempt: int) -> bool:
+    def pending_for(self, job_id: int, attempt: int, task: int = 0) -> bool:
         with self.lock:
-            return any(r.job_id == job_id and r.body["attempt"] == attempt for r in self.outbox)
+            return any(_about(r, job_id, attempt, task) for r in self.outbox)
 
-    def forget_reports(self, job_id: int, attempt: int) -> None:
+    def forget_reports(self, job_id: int, attempt: int, task: int = 0) -> None:
         with self.lock:
-            self.outbox = [
-                r for r in self.outbox if not (r.job_id == job_id and r.body["attempt"] == attempt)
-            ]
+            self.outbox = [r for r in self.outbox if not _about(r, job_id, attempt, task)]
             self.save()
+
+
+def _about(report: Report, job_id: int, attempt: int, task: int) -> bool:
+    body = report.body
+    return report.job_id == job_id and body["attempt"] == attempt and body.get("task", 0) == task
 
 
 class StateFileLock:

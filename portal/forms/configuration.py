@@ -216,7 +216,14 @@ class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
     limit_prefix = "capacity_"
     limit_minimum = 0
 
-    environment_field_names = ("name", "state", "executor", "stop_grace_seconds", "lease_seconds")
+    environment_field_names = (
+        "name",
+        "state",
+        "executor",
+        "stop_grace_seconds",
+        "lease_seconds",
+        "start_deadline_seconds",
+    )
 
     def __init__(self, *args, environment: ServiceEnvironment | None = None, **kwargs):
         current = {}
@@ -229,7 +236,8 @@ class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
             }
         super().__init__(*args, **kwargs)
         self.fields.update(fields_for_model(ServiceEnvironment, fields=list(self.environment_field_names)))
-        for name in ("stop_grace_seconds", "lease_seconds"):  # blank: keep the current value or the default
+        # blank: keep the current value or the default
+        for name in ("stop_grace_seconds", "lease_seconds", "start_deadline_seconds"):
             self.fields[name].required = False
         # Executor accounts: holders of report_job_status, and whoever serves it now (so a link can be removed).
         User = get_user_model()
@@ -245,6 +253,11 @@ class ServiceEnvironmentForm(LimitFieldsMixin, forms.Form):
             initial=list(environment.executor_accounts.all()) if environment is not None else [],
         )
         self.add_limit_fields(list(InstanceType.objects.order_by("name")), current)
+        self.saved_capacity = current
+
+    def capacity_by_type(self) -> dict[str, int]:
+        """The saved environment's capacity, type name -> instances (what its executors are compared with)."""
+        return {t.name: self.saved_capacity[t.pk] for t in self.instance_types if t.pk in self.saved_capacity}
 
     def executor_accounts(self) -> list:
         return list(self.cleaned_data["executor_accounts"])

@@ -114,6 +114,7 @@ def environment_edit(request, environment_id: int | None = None):
         if saved:
             return saved
     held = {}
+    executors = configuration.executors_of(environment) if environment else []
     job_queue = JobQueue.objects.filter(service_environment=environment).first() if environment else None
     if job_queue is not None:
         held = rules.share_limit_sums(job_queue)
@@ -124,7 +125,10 @@ def environment_edit(request, environment_id: int | None = None):
             "form": form,
             "environment": environment,
             "job_queue": job_queue,
-            "executors": configuration.executors_of(environment) if environment else [],
+            "executors": executors,
+            "offers": configuration.environment_offers(
+                capacity=form.capacity_by_type(), executors=executors, now=timezone.now()
+            ),
             "served_accounts": form.fields["executor_accounts"].initial,
             "rows": [
                 (field, held.get(type_.pk, 0))

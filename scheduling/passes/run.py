@@ -24,9 +24,11 @@ from scheduling.models import PLACED_STATUSES, JobQueue, SchedulingPass
 from scheduling.passes.due import pass_due_forget, pass_due_record
 from scheduling.passes.histogram import pass_histogram_observe
 from scheduling.passes.snapshot import JOB_COLUMNS, snapshot_load
+from scheduling.passes.starts import gangs_due, start_deadline_next, starts_settle
 from scheduling.passes.stops import stops_settle
 from scheduling.passes.work import work_changed
 from scheduling.passes.write import decisions_log, decisions_write, last_sample_at, usage_sample
+from scheduling.services.gangs import gangs_settle
 from scheduling.services.locks import queue_lock
 
 logger = logging.getLogger("quotaportal.scheduling")
@@ -89,6 +91,10 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     `last_sample_at` read beside it (`queue_lock(..., last_sample=...)`)."""
     snap, index = snapshot_load(job_queue=job_queue, now=now)
     environment = job_queue.service_environment
+    due_now = gangs_due(job_queue=job_queue, index=index, now=now)
+    # Lost tasks and start deadlines move jobs with the services (rare: a few jobs); the engine reads the result.
+    if due_now and gangs_settle(job_queue=job_queue, job_ids=due_now, now=now):
+        snap, index = snapshot_load(job_queue=job_queue, now=now)
     snap, settled = stops_settle(
         snap=snap,
         index=index,
@@ -96,9 +102,11 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         now=now,
         grace_seconds=environment.stop_grace_seconds,
     )
+    snap, held = starts_settle(snap=snap, index=index, job_queue=job_queue, settled=settled, now=now)
     engine_started = time.perf_counter()
     decisions = engine.schedule(snap)
     engine_ms = (time.perf_counter() - engine_started) * 1000
+    decisions.pending.extend(held)
     admitted, preempted = decisions_write(
         job_queue=job_queue, decisions=decisions, index=index, now=now, settled=settled
     )
@@ -141,7 +149,12 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         engine_ms=engine_ms,
         record=record,
         decisions=decisions,
-        due=_earliest(next_pass_due(snap, decisions), _lease_expiry(index), _attempt_timeout(index)),
+        due=_earliest(
+            next_pass_due(snap, decisions),
+            _lease_expiry(index),
+            _attempt_timeout(index),
+            start_deadline_next(job_queue=job_queue, index=index),
+        ),
     )
 
 

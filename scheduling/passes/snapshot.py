@@ -63,6 +63,9 @@ JOB_COLUMNS = (
     "nominated_victims",
     "attempt_duration_seconds",
     "retry_rules",
+    "roster_at",
+    "not_before",
+    "start_timeouts",
 )
 
 
@@ -209,6 +212,9 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             nominated_victims,
             _attempt_duration,
             _retry_rules,
+            _roster_at,
+            _not_before,
+            _start_timeouts,
         ) = row
         index.jobs[job_id] = row
         status = statuses[status]

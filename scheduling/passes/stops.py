@@ -33,6 +33,9 @@ PROTOCOL_FIELDS = (
     "stop_reason",
     "nominated_entry",
     "nominated_victims",
+    "roster_at",
+    "not_before",
+    "start_timeouts",
 )
 
 
@@ -45,6 +48,7 @@ def untaken_fields() -> dict:
         stop_deadline=None,
         stop_outcome="",
         stop_reason="",
+        roster_at=None,
     )
 
 
@@ -232,6 +236,8 @@ def stops_settle(
             settled.events.append((EventKind.FAILED, job.id, f"{row['name']}: {changes['status_reason']}"))
         elif changes["status"] == JobStatus.CANCELLED:
             settled.events.append((EventKind.CANCELLED, job.id, f"{row['name']} {changes['status_reason']}"))
+        elif changes["status"] == JobStatus.SUCCEEDED:
+            settled.events.append((EventKind.SUCCEEDED, job.id, f"{row['name']} {changes['status_reason']}"))
         elif changes["status"] == JobStatus.RUNNABLE:
             jobs.append(
                 dataclasses.replace(

@@ -37,6 +37,8 @@ from scheduling.passes.stops import (
     stopping_fields,
     untaken_fields,
 )
+from scheduling.passes.tasks import tasks_close
+from scheduling.passes.work import work_changed
 
 decision_logger = logging.getLogger("quotaportal.scheduling.decisions")
 _SHARE, _REASON, _POSITION, _TEAM = (
@@ -403,6 +405,8 @@ def decisions_write(
         where_null="stopped_at",
     )
     rows_update(model=Job, fields=_FULL_FIELDS, rows=changed)
+    if tasks_close(stopped, now=now):
+        work_changed(environment=job_queue.service_environment)  # executors free the slots of released claims
     rows_delete(PendingState, stale)
     # In key order, so the new rows append to the primary key's index rather than land all over it.
     rows_insert(PendingState, sorted(waiting, key=operator.itemgetter("job_id")))

@@ -16,6 +16,7 @@ from scheduling.models import (
     ShareCapacityLimit,
     TrainingPlan,
 )
+from scheduling.selectors.jobs import OFFER_FRESH_SECONDS
 from scheduling.selectors.usage import plan_in_use
 
 
@@ -42,6 +43,43 @@ def environments_for_admin():
 def executors_of(environment: ServiceEnvironment) -> list[Executor]:
     """The executors that took work from the environment, most recently seen first. 1 query."""
     return list(environment.executors.order_by("-last_seen_at", "name"))
+
+
+@dataclass(frozen=True)
+class TypeOffer:
+    """For one instance type of an environment: its capacity, and what its executors polling now offer."""
+
+    instance_type: str
+    capacity: int
+    executors: int
+    slots: int | None  # all the executors' slots; None when one of them did not say
+    free: int
+
+    @property
+    def differs(self) -> bool:
+        return self.slots is not None and self.slots != self.capacity
+
+
+def environment_offers(*, capacity: dict[str, int], executors: list[Executor], now) -> list[TypeOffer]:
+    """Per type of an environment's capacity (type name -> instances) and any type its executors offer:
+    capacity against the slots of the executors seen in the last OFFER_FRESH_SECONDS. `executors`:
+    `executors_of(environment)`. No query."""
+    fresh = [e for e in executors if e.last_seen_at >= now - timedelta(seconds=OFFER_FRESH_SECONDS)]
+    types = sorted(set(capacity) | {e.offered_instance_type for e in fresh if e.offered_instance_type})
+    offers = []
+    for name in types:
+        polling = [e for e in fresh if e.offered_instance_type == name]
+        totals = [e.total_slots for e in polling]
+        offers.append(
+            TypeOffer(
+                instance_type=name,
+                capacity=capacity.get(name, 0),
+                executors=len(polling),
+                slots=None if any(total is None for total in totals) else sum(totals),
+                free=sum(e.offered_slots or 0 for e in polling),
+            )
+        )
+    return offers
 
 
 def shares_for_admin():

@@ -15,29 +15,35 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from scheduling import retry
 from scheduling.errors import Conflict, NotAllowed
 from scheduling.models import (
     HOLDING_STATUSES,
+    LIVE_TASK_STATES,
     EventKind,
     Executor,
     Job,
     JobAttempt,
     JobStatus,
+    JobTask,
     PendingState,
     ServiceEnvironment,
+    StopOutcome,
+    TaskState,
 )
 from scheduling.passes.due import pass_due_by
 from scheduling.passes.requests import pass_request
 from scheduling.passes.stops import (
     released_fields,
     stop_deadline,
+    stop_outcome_for,
     stopped_fields,
     stopping_fields,
 )
+from scheduling.passes.tasks import tasks_close
 from scheduling.passes.work import work_changed
 from scheduling.services.audit import job_event_record
 from scheduling.services.locks import job_lock, queue_lock
@@ -82,9 +88,14 @@ def job_report(
     attempt: int | None = None,
     exit_code: int | None = None,
     output_tail: str = "",
+    task: int = 0,
+    executor: str = "",
     actor: AbstractBaseUser | None = None,
 ) -> Job:
     """An executor reports on one attempt of a job; a stale attempt or an illegal move raises Conflict (409).
+
+    `task` names the task (rank) of a job run as tasks (SPEC 4.1); 0, the default, is the whole job of an
+    executor that took it without tasks. `executor` (its name), when given, must be the task's.
 
     Every report about the current attempt renews the job's lease. Repeating a report changes nothing, so
     executors may retry them: the job's current status again, or the report that ended the attempt (which
@@ -110,6 +121,28 @@ def job_report(
             "stop that attempt's process if it still runs"
         )
     now = timezone.now()
+    # A job run as tasks (some claim of its attempt not given back); a job taken whole after claims on it were
+    # released is a whole job, as before.
+    if (
+        job.attempt
+        and JobTask.objects.filter(job=job, attempt=job.attempt).exclude(state=TaskState.RELEASED).exists()
+    ):
+        return _task_report(
+            job=job,
+            rank=task,
+            executor=executor,
+            status=status,
+            reason=reason,
+            exit_code=exit_code,
+            output_tail=output_tail,
+            actor=actor,
+            environment=environment,
+            now=now,
+        )
+    if task != 0:
+        raise Conflict(
+            f"attempt {job.attempt} of {job} runs as one whole job, not as tasks: it has no task {task}"
+        )
     if job.status not in HOLDING_STATUSES:
         if _ends_as(status, job.status) and _attempt_ended(job):
             # The attempt ended already (this report, repeated, or a stop the pass settled at its deadline a
@@ -128,6 +161,196 @@ def job_report(
 
 
 PROGRESS_REPORTS = frozenset({JobStatus.STARTING, JobStatus.RUNNING})
+_TASK_ENDS = {
+    JobStatus.SUCCEEDED: TaskState.SUCCEEDED,
+    JobStatus.FAILED: TaskState.FAILED,
+    STOPPED: TaskState.STOPPED,
+}
+
+
+def ranks_text(ranks) -> str:
+    """`rank 2`, `ranks 0, 3`, `ranks 1-3`: how a person reads a set of ranks."""
+    ranks = sorted(set(ranks))
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
+
+
+def _task_report(
+    *,
+    job: Job,
+    rank: int,
+    executor: str,
+    status: str,
+    reason: str,
+    exit_code: int | None,
+    output_tail: str,
+    actor: AbstractBaseUser | None,
+    environment: ServiceEnvironment | None,
+    now,
+) -> Job:
+    """A report about one task of an attempt run as tasks: the attempt is one unit (SPEC 4.1).
+
+    The job is RUNNING once every task runs; a task that fails stops every other (graceful) and the attempt
+    fails as one, naming the rank; the attempt ends once no task lives. A task that ended (lost, stopped,
+    released) is refused any progress report (409), so its executor stops whatever still runs of it. The
+    caller holds the job's queue lock and row lock.
+    """
+    tasks = JobTask.objects.select_for_update().filter(job=job, attempt=job.attempt, rank=rank)
+    if executor:
+        tasks = tasks.filter(executor_name=executor)
+    task = tasks.order_by("-id").first()
+    if task is None:
+        whose = f" to {executor}" if executor else ""
+        raise Conflict(f"task {rank} of attempt {job.attempt} of {job} was never handed out{whose}")
+    _task_record(task=task, exit_code=exit_code, output_tail=output_tail)
+    if task.state not in LIVE_TASK_STATES or job.status not in HOLDING_STATUSES:
+        if status in ENDING_REPORTS:
+            return job  # a repeat, or the end of a task the attempt already gave up: kept, nothing moves
+        raise Conflict(
+            f"rank {rank} of attempt {job.attempt} of {job} is {task.state.lower()}"
+            f"{f' ({task.reason})' if task.reason else ''}; stop its process"
+        )
+    task.lease_expires_at = now + timedelta(seconds=environment.lease_seconds)
+    task.save(update_fields=["lease_expires_at"])
+    if task.executor_id is not None:
+        Executor.objects.filter(pk=task.executor_id).update(last_seen_at=now)
+    if status == JobStatus.STARTING:
+        tasks_lease_sync(job=job)
+        return job
+    if status == JobStatus.RUNNING:
+        if task.state == TaskState.WAITING:
+            if job.roster_at is None:
+                raise Conflict(
+                    f"rank {rank} of {job} may not start yet: the job's instances are still being claimed"
+                )
+            task.state, task.started_at = TaskState.RUNNING, now
+            task.save(update_fields=["state", "started_at"])
+        tasks_lease_sync(job=job)
+        tasks = list(JobTask.objects.filter(job=job, attempt=job.attempt).exclude(state=TaskState.RELEASED))
+        if job.status in (JobStatus.SCHEDULED, JobStatus.STARTING) and all(
+            t.state == TaskState.RUNNING for t in tasks
+        ):
+            hosts = ", ".join(t.executor_name for t in tasks)
+            _job_advance(
+                job=job,
+                status=JobStatus.RUNNING,
+                reason=f"running: {len(tasks)} task(s) on {hosts}"
+                if len(tasks) > 1
+                else (reason or "running"),
+                actor=actor,
+                now=now,
+            )
+        return job
+    # The task ended.
+    if status == STOPPED and job.roster_at is None:
+        # A claim given up before the roster (an agent that restarted, or one with no room after all): nothing
+        # ran, and its instances may be claimed again.
+        task.state, task.ended_at, task.lease_expires_at = TaskState.RELEASED, now, None
+        task.reason = reason or "released by its executor"
+        task.save(update_fields=["state", "ended_at", "lease_expires_at", "reason"])
+        tasks_lease_sync(job=job)
+        work_changed(environment=environment)
+        return job
+    task.state, task.ended_at, task.lease_expires_at = _TASK_ENDS[status], now, None
+    task.reason = reason
+    task.save(update_fields=["state", "ended_at", "lease_expires_at", "reason"])
+    # The attempt's exit code and output are its failing rank's, else rank 0's.
+    first_failure = status == JobStatus.FAILED and job.status != JobStatus.STOPPING
+    if first_failure or (
+        task.rank == 0
+        and not JobAttempt.objects.filter(job=job, attempt=job.attempt, exit_code__isnull=False).exists()
+    ):
+        _attempt_record(job=job, exit_code=exit_code, output_tail=output_tail)
+    tasks_lease_sync(job=job)
+    survivors = JobTask.objects.filter(job=job, attempt=job.attempt, state__in=LIVE_TASK_STATES)
+    if job.status == JobStatus.STOPPING:
+        if not survivors.exists():
+            job_stopped(job=job, actor=actor, now=now, how=f"its last task, {_task_named(task)}, ended")
+        return job
+    if status == JobStatus.SUCCEEDED:
+        if not survivors.exists():
+            ended = JobTask.objects.filter(job=job, attempt=job.attempt).exclude(state=TaskState.RELEASED)
+            count = ended.count()
+            why = f"all {count} ranks exited 0" if count > 1 else (reason or "succeeded")
+            _job_advance(job=job, status=JobStatus.SUCCEEDED, reason=why, actor=actor, now=now)
+        elif task.rank == 0:
+            # The main rank is done (AWS Batch's rule): the others get the grace period to finish, then stop.
+            ranks = ranks_text(survivors.values_list("rank", flat=True))
+            job_stop_request(
+                job=job,
+                outcome=StopOutcome.SUCCEEDED,
+                reason=f"succeeded: rank 0 exited 0 ({ranks} had the grace period to finish)",
+                why=f"rank 0 exited 0: {ranks} may finish until then",
+                now=now,
+            )
+        return job
+    # FAILED, or STOPPED without being asked: the attempt fails as one, naming the rank.
+    why = f"{_task_named(task)} {reason or 'failed'}"
+    if exit_code is not None and "exit" not in why:
+        why += f" (exit code {exit_code})"
+    if not survivors.exists():
+        _job_advance(job=job, status=JobStatus.FAILED, reason=why, actor=actor, now=now)
+        return job
+    gang_fail(job=job, why=why, actor=actor, now=now)
+    return job
+
+
+def gang_fail(*, job: Job, why: str, actor: AbstractBaseUser | None, now, lost: bool = False) -> None:
+    """One task of a running attempt failed or was lost: a failed attempt, retried while attempts are left;
+    every other task is stopped with the grace period and the job holds its capacity until they have.
+
+    The caller holds the job's queue lock and row lock.
+    """
+    job.failed_attempts += 1
+    job.save(update_fields=["failed_attempts"])
+    fails = job.failed_attempts >= job.retry_attempts
+    code = "EXECUTOR_LOST: " if lost else ""
+    if fails:
+        text = f"{code}failed after {job.failed_attempts} attempt(s): {why}"
+    else:
+        left = job.retry_attempts - job.failed_attempts
+        text = f"{code}attempt {job.failed_attempts} failed ({why}); retrying, {left} attempt(s) left"
+    job_event_record(kind=EventKind.FAILED, job=job, actor=actor, now=now, message=f"{job.name}: {text}")
+    job_stop_request(
+        job=job,
+        outcome=stop_outcome_for(fails=fails),
+        reason=text,
+        why=f"{why}: stopping the other ranks",
+        now=now,
+    )
+
+
+def _task_named(task: JobTask) -> str:
+    return f"rank {task.rank} on {task.executor_name}"
+
+
+def tasks_lease_sync(*, job: Job) -> None:
+    """The job's lease is its live tasks' earliest: the pass finds a lost task by it."""
+    leases = [
+        lease
+        for lease in JobTask.objects.filter(
+            job=job, attempt=job.attempt, state__in=LIVE_TASK_STATES, lease_expires_at__isnull=False
+        ).values_list("lease_expires_at", flat=True)
+    ]
+    job.lease_expires_at = min(leases, default=None)
+    job.save(update_fields=["lease_expires_at"])
+    if job.lease_expires_at is not None:
+        transaction.on_commit(partial(pass_due_by, job.job_queue_id, job.lease_expires_at))
+
+
+def _task_record(*, task: JobTask, exit_code: int | None, output_tail: str) -> None:
+    changes = []
+    if exit_code is not None:
+        task.exit_code = exit_code
+        changes.append("exit_code")
+    if output_tail:
+        task.output_tail = output_tail[-OUTPUT_TAIL_CHARS:]
+        changes.append("output_tail")
+    if changes:
+        task.save(update_fields=changes)
 
 
 def _ends_as(report: str, status: str) -> bool:
@@ -184,7 +407,9 @@ def _job_advance(
             job=job,
             actor=actor,
             now=now,
-            message=f"{job.name} started on {job.selected_instance_type} x{job.selected_instance_count}",
+            message=f"{job.name} started on {job.selected_instance_type} x{job.selected_instance_count}"
+            # a job on several hosts: which ones (`running: 3 task(s) on a, b, c`)
+            + (f" ({reason.removeprefix('running: ')})" if reason.startswith("running: ") else ""),
         )
         return
     if status == STOPPED or (status == JobStatus.FAILED and job.status == JobStatus.STOPPING):
@@ -220,6 +445,7 @@ def _job_advance(
 
 
 _AFTER_STOPPING = {
+    JobStatus.SUCCEEDED: "SUCCEEDED",
     JobStatus.RUNNABLE: "back in the queue (RUNNABLE)",
     JobStatus.CANCELLED: "CANCELLED",
     JobStatus.FAILED: "FAILED",
@@ -251,6 +477,10 @@ def job_stopped(*, job: Job, actor: AbstractBaseUser | None, now, how: str) -> N
     elif job.status == JobStatus.CANCELLED:
         job_event_record(
             kind=EventKind.CANCELLED, job=job, actor=actor, now=now, message=f"{job.name} {job.status_reason}"
+        )
+    elif job.status == JobStatus.SUCCEEDED:
+        job_event_record(
+            kind=EventKind.SUCCEEDED, job=job, actor=actor, now=now, message=f"{job.name} {job.status_reason}"
         )
     pass_request(job_queue_id=job.job_queue_id, trigger="finish")
 
@@ -298,6 +528,8 @@ def _job_fields_save(*, job: Job, changes: dict) -> None:
 
 def _attempt_close(*, job: Job, reason: str, now) -> None:
     JobAttempt.objects.filter(job=job, stopped_at__isnull=True).update(stopped_at=now, status_reason=reason)
+    if tasks_close([job.pk], now=now) and job.job_queue_id is not None:
+        work_changed(environment=job.job_queue.service_environment)  # its executors free the claimed slots
 
 
 def simulated_executor_tick(*, job_queue_id: int, now=None) -> int:
@@ -369,9 +601,13 @@ def executor_seen(
     now,
     instance_type: str = "",
     free_slots: int | None = None,
+    gang_capable: bool = False,
+    total_slots: int | None = None,
+    address: str = "",
+    ports: str = "",
 ) -> Executor:
     """The executor record for (environment, name), created on first sight; it was seen now, polling for
-    `instance_type` with `free_slots` instances it could start."""
+    `instance_type` with `free_slots` instances it could start (of `total_slots`), taking tasks or not."""
     executor, _ = Executor.objects.update_or_create(
         service_environment=environment,
         name=name,
@@ -380,9 +616,18 @@ def executor_seen(
             "last_seen_at": now,
             "offered_instance_type": instance_type,
             "offered_slots": free_slots,
+            "gang_capable": gang_capable,
+            "total_slots": total_slots,
+            "address": address,
+            "ports": ports,
         },
     )
     return executor
+
+
+def _has_tasks(*states: str) -> Exists:
+    """Whether a job's current attempt has tasks in these states."""
+    return Exists(JobTask.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"), state__in=states))
 
 
 def _fitting(rows, free_slots: int | None) -> list[int]:
@@ -420,7 +665,11 @@ def executor_work_take(
     jobs = Job.objects.filter(job_queue__service_environment=environment)
     if instance_type:
         jobs = jobs.filter(selected_instance_type__name=instance_type)
-    untaken = jobs.filter(status=JobStatus.SCHEDULED, taken_at__isnull=True)
+    # A job some executor has claimed part of (as tasks) is that gang's: an executor without tasks never
+    # takes it whole.
+    untaken = jobs.filter(status=JobStatus.SCHEDULED, taken_at__isnull=True).exclude(
+        _has_tasks(TaskState.WAITING)
+    )
     if free_slots is not None:
         untaken = untaken.filter(selected_instance_count__lte=free_slots)
     taken: list[int] = []
@@ -481,6 +730,8 @@ def executor_work_take(
         # belongs to no executor in particular: every caller gets it.
         for row in jobs.filter(status=JobStatus.STOPPING, taken_at__isnull=False)
         .filter(Q(taken_by=executor) | Q(taken_by__isnull=True))
+        # a job run as tasks is stopped task by task, each by its own executor
+        .exclude(_has_tasks(*(state for state in TaskState if state != TaskState.RELEASED)))
         .order_by("stop_deadline", "id")
         .values("id", "attempt", "stop_deadline")
     ]

@@ -71,6 +71,10 @@ def replaced(flag: str, value: str | None) -> list[str]:
         ([*GOOD, "--wait-seconds", "31"], "--wait-seconds"),
         ([*replaced("--token", None), "--token-file", "/nonexistent/token"], "--token-file"),
         ([*GOOD, "--token-file", "/nonexistent/token"], "--token-file"),
+        ([*GOOD, "--port-range", "80-90"], "--port-range"),
+        ([*GOOD, "--port-range", "30000-29000"], "--port-range"),
+        ([*GOOD, "--gpus-per-instance", "-1"], "--gpus-per-instance"),
+        ([*GOOD, "--advertise-address", " "], "--advertise-address"),
     ],
 )
 def test_a_bad_argument_is_one_line_naming_the_flag_and_exit_2(args, flag):
@@ -249,3 +253,10 @@ def test_the_example_job_resumes_from_its_checkpoint(tmp_path):
 
     assert second.returncode == 0
     assert f"resuming at step {saved}" in second.stdout and "finished 30 steps" in second.stdout
+
+
+def test_the_advertised_address_defaults_to_the_one_the_portal_is_reached_from():
+    from quotaportal_agent.gang import advertise_address
+
+    assert advertise_address("http://127.0.0.1:8000") == "127.0.0.1"
+    assert advertise_address("http://localhost:8000") in ("127.0.0.1", "::1")

@@ -356,7 +356,9 @@ def test_a_placed_job_shows_its_selection_and_attempts(world, client_for):
         "status_reason",
         "exit_code",
         "output_tail",
+        "tasks",
     }
+    assert body["attempts"][0]["tasks"] == []  # not taken by anyone yet
     assert body["attempt"] == body["attempts"][0]["attempt"] == 1
 
 

@@ -13,11 +13,15 @@ from django.core.management.base import CommandError
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 from tests.ops.support import BASE_DIR, PYTHON, child_env, ops_broker_url, require_redis
 from tools.soak.command import (
+    EXT_CAPACITY,
     Command,
     Config,
+    agent_slots,
     capacity_violations,
     history_violations,
     replay_violations,
+    slot_violations,
+    unstarted_hold_violations,
 )
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -268,6 +272,44 @@ def test_a_short_soak_passes_with_three_workers(tmp_path):
     print(run.stdout)
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_soak_with_multi_slot_and_one_slot_agents_never_holds_a_slot_twice(tmp_path):
+    """Real agents, one with several slots and the others with one per type, so jobs of several instances run
+    as tasks across agents: no instant when two live processes hold one slot, and no capacity held past the
+    start deadline by an attempt nobody started (both from the processes' own notes)."""
+    broker = ops_broker_url()
+    require_redis(broker)
+    report = tmp_path / "soak.json"
+    argv = [
+        PYTHON,
+        "-m",
+        "tools.soak",
+        "--seconds",
+        "25",
+        "--clients",
+        "3",
+        "--workers",
+        "2",
+        "--jobs",
+        "300",
+    ]
+    argv += ["--agents", "6", "--mixed-agents", "--drain-seconds", "240", "--json", str(report)]
+    run = subprocess.run(
+        argv,
+        env=child_env(CELERY_BROKER_URL=broker),
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    result = json.loads(report.read_text())
+    assert result["violations"] == [] and result["agents"]["violations"] == 0
+    assert result["agents"]["processes"] >= 5 and result["agents"]["tasks"] >= 5
+    print(run.stdout)
+
+
 def test_histories_through_a_graceful_stop_pass_and_a_placement_while_stopping_does_not():
     closed, open_ = attempt(1, P5, 1, 0, 5), attempt(1, P5, 1, 6)
     graceful = ["SUBMITTED", "ADMITTED", "STARTED", "PREEMPTED_RECLAIM", "STOPPING"]
@@ -284,3 +326,39 @@ def test_histories_through_a_graceful_stop_pass_and_a_placement_while_stopping_d
 
     broken = history_violations({"id": 1, "status": "SCHEDULED"}, [*graceful, "ADMITTED"], [closed, open_])
     assert any("duplicate placement" in message for message in broken)
+
+
+def test_mixed_agents_split_each_types_capacity_into_one_large_agent_and_one_slot_agents():
+    slots = agent_slots(6, mixed=True)
+    for key, capacity in EXT_CAPACITY.items():
+        mine = [count for kind, count in slots if kind == key]
+        assert sum(mine) == capacity and sorted(mine)[:-1] == [1] * (len(mine) - 1) and max(mine) > 1
+    assert agent_slots(2, mixed=False) == [(key, EXT_CAPACITY[key]) for key in sorted(EXT_CAPACITY)]
+
+
+def test_the_slot_check_catches_two_live_processes_on_one_slot_and_takes_a_killed_one_as_live_until_its_end():
+    agent = "/soak/agent0"
+    lines = [
+        f"10.0 start 1 1 0 {agent} 0,1",
+        f"15.0 end 1 1 0 {agent} 0,1",
+        f"15.5 start 2 1 0 {agent} 1",  # after job 1 ended: fine
+        f"20.0 end 2 1 0 {agent} 1",
+        f"19.0 start 3 1 1 {agent} 2",  # never noted its end (SIGKILLed): live until its attempt ended
+        f"21.0 start 4 1 0 {agent} 2",
+        "21.0 start 5 1 0 /soak/agent1 2",  # another agent's slot 2
+    ]
+    ends = {(3, 1): datetime.fromtimestamp(22.0, tz=UTC)}
+    (found,) = slot_violations(lines, ends, now=100.0)
+    assert "slot 2 of agent0" in found and "job 3 attempt 1 task 1 and job 4" in found
+    assert slot_violations(lines[:4], {}, now=100.0) == []
+
+
+def test_the_unstarted_hold_check_catches_capacity_held_past_the_start_deadline_by_an_attempt_nobody_ran():
+    attempts = [
+        {"job_id": 1, "attempt": 1, "scheduled_at": T0, "stopped_at": T0 + timedelta(seconds=200)},
+        {"job_id": 2, "attempt": 1, "scheduled_at": T0, "stopped_at": T0 + timedelta(seconds=200)},
+        {"job_id": 3, "attempt": 1, "scheduled_at": T0, "stopped_at": T0 + timedelta(seconds=20)},
+    ]
+    lines = [f"{(T0 + timedelta(seconds=5)).timestamp():.3f} start 1 1 0 /soak/agent0 0"]
+    (found,) = unstarted_hold_violations(attempts, lines, now=T0 + timedelta(seconds=300))
+    assert found.startswith("job 2 attempt 1 held its capacity 200 s")  # job 3 ended within its deadline

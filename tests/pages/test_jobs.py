@@ -399,11 +399,11 @@ def test_job_pages_keep_their_query_budgets(world, client_for, django_assert_max
         assert (
             client.get(reverse("job_list"), {"q": "j1"}, headers=htmx_headers("job-table")).status_code == 200
         )
-    # session + user, viewer, job, preferences, attempts, events, and for a job placed but not taken the
+    # session + user, viewer, job, preferences, attempts, their tasks, events, and for a job placed but not taken the
     # executors' last offers
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(9):
         assert client.get(reverse("job_detail", args=[job.pk])).status_code == 200
-    with django_assert_max_num_queries(8):  # the live region carries the actions, attempts and events too
+    with django_assert_max_num_queries(9):  # the live region carries the actions, attempts and events too
         assert (
             client.get(reverse("job_detail", args=[job.pk]), headers=htmx_headers("job-live")).status_code
             == 200

@@ -354,3 +354,40 @@ def test_a_reserve_share_shows_no_borrow_limit_in_its_form_or_the_admin(world, c
     listing = client.get(reverse("admin:scheduling_quotashare_changelist")).content.decode()
     nlp_row = listing[listing.index(">nlp</a>") :][:1500]
     assert "— (does not borrow)" in nlp_row and '<td class="field-borrowing">-1</td>' not in nlp_row
+
+
+def test_environment_page_shows_what_its_executors_offer_against_capacity_and_warns_when_they_differ(
+    world, client_for
+):
+    from django.utils import timezone
+
+    from scheduling.models import Executor
+
+    environment = world.queue.service_environment
+    for name, slots in (("gpu-1", 2), ("gpu-2", 4)):
+        Executor.objects.create(
+            service_environment=environment,
+            name=name,
+            last_seen_at=timezone.now(),
+            offered_instance_type=P5,
+            offered_slots=1,
+            total_slots=slots,
+            gang_capable=True,
+        )
+    Executor.objects.create(
+        service_environment=environment,
+        name="g5-host",
+        last_seen_at=timezone.now(),
+        offered_instance_type=G5,
+        offered_slots=0,
+        total_slots=24,
+    )
+    html = (
+        client_for(world.admin)
+        .get(reverse("manage_environment_edit", args=[environment.pk]))
+        .content.decode()
+    )
+    offers = html[html.index('id="offers"') :]
+    assert "hold 6 instances but the capacity is 8" in offers  # ml.p5: 2 + 4 slots, capacity 8
+    assert f"polling for {G5}" not in offers  # 24 slots, capacity 24: no warning
+    assert f"No executor has asked for {P4} work lately" in offers

@@ -47,8 +47,12 @@ def test_healthz_is_503_naming_the_broken_part(client):
 def test_metrics_expose_share_usage_preemptions_and_pass_durations(
     client, busy_queue, django_assert_max_num_queries
 ):
-    with django_assert_max_num_queries(12):
+    # 12, and the start timeouts, lost tasks (2 each: counts, queues) and claim-to-running (1)
+    with django_assert_max_num_queries(17):
         body = client.get("/metrics").content.decode()
+    assert 'quotaportal_start_timeouts_total{queue="training"} 0.0' in body
+    assert 'quotaportal_tasks_lost_total{queue="training"} 0.0' in body
+    assert "quotaportal_claim_to_running_seconds_count 0.0" in body
     assert 'quotaportal_share_usage{instance_type="ml.p5.48xlarge",queue="training",share="nlp"} 2.0' in body
     assert (
         'quotaportal_share_limit{instance_type="ml.p5.48xlarge",queue="training",share="vision"} 4.0' in body

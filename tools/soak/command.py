@@ -20,9 +20,12 @@ Faults (`--fault`, at `--fault-at` seconds, for `--fault-seconds`):
 processes, long-polling the work endpoint through gunicorn's gthread workers) instead of the soak's own
 reporting thread: each job's `payload.command` is a short Python process that sleeps for its duration and
 sometimes exits 3. The agents share the environment's instance types round-robin; each offers as many slots as
-its type's capacity, so no start is ever refused for want of free slots on the agent the server happened to hand
-it to (the work endpoint does not yet take `?free_slots=`; agent/README.md), and the server's accounting is what
-the samples check: STOPPING jobs hold their capacity until their agent reports them STOPPED.
+its type's capacity, or with `--mixed-agents` the first agent of a type all but one slot per other agent of the
+type and the others one slot, so jobs of several instances run as tasks across agents. The samples check the
+server's accounting (STOPPING jobs hold their capacity until their agent reports them STOPPED); the jobs'
+processes note when they held which slots, and at the end the soak checks that no slot was held by two live
+processes at once and that no attempt held capacity past the external environment's start deadline without a
+process of it having started.
 Everything is bounded in time and count, talks to loopback only, and stops by itself.
 """
 
@@ -67,6 +70,7 @@ from scheduling.models import (
     JobAttempt,
     JobQueue,
     JobStatus,
+    JobTask,
     Membership,
     QuotaShare,
     SchedulingPass,
@@ -102,6 +106,12 @@ EXT_SHARES = [
     ("soak-ext-c", "soak-c", "LEND", UNLIMITED, False, {"g5": 2, "p4": 4}),
 ]
 SIM_QUEUE, EXT_QUEUE = "soak-sim", "soak-ext"
+# The external environment's start deadline: short, so a job placed but not started by all its agents is put
+# back within the run (and the check that no capacity is held longer by a job nobody runs means something).
+EXT_START_DEADLINE_SECONDS = 30
+# How long past its start deadline an attempt nobody started may still hold capacity: the pass that puts it back
+# comes on the beat, and the deadline is counted from its placement.
+START_DEADLINE_SLACK_SECONDS = 15
 
 LIFECYCLE_KINDS = {
     "SUBMITTED",
@@ -117,10 +127,12 @@ LIFECYCLE_KINDS = {
     "STOPPING",
     "STOPPED",
     "EXECUTOR_LOST",
+    "START_TIMEOUT",
 }
 # A job asked to stop gracefully keeps its placement (STOPPING) until STOPPED or EXECUTOR_LOST.
 STOPPED_KINDS = {"STOPPED", "EXECUTOR_LOST"}
 STOP_KINDS = {
+    "START_TIMEOUT",
     "SUCCEEDED",
     "FAILED",
     "CANCELLED",
@@ -132,6 +144,7 @@ STOP_KINDS = {
 # What the last lifecycle event of a job in each status may be.
 LAST_EVENT_FOR_STATUS = {
     JobStatus.RUNNABLE: {
+        "START_TIMEOUT",
         "SUBMITTED",
         "FAILED",
         "STOPPED",
@@ -149,6 +162,120 @@ LAST_EVENT_FOR_STATUS = {
     JobStatus.FAILED: {"FAILED", "STOPPED", "EXECUTOR_LOST"},
     JobStatus.CANCELLED: {"CANCELLED", "STOPPED"},
 }
+
+
+# An external job's process: it notes when it held which slots (its agent's work dir and GPUs, one per slot) in
+# SOAK_SLOTS_LOG, at its start and at its end (also on SIGTERM), sleeps its duration and exits with its code.
+SLOT_PROGRAM = """import os, signal, sys, time
+def note(what):
+    path = os.environ.get("SOAK_SLOTS_LOG")
+    if path:
+        line = " ".join([f"{{time.time():.3f}}", what, os.environ.get("QUOTAPORTAL_JOB_ID", "?"),
+                         os.environ.get("QUOTAPORTAL_ATTEMPT", "?"), os.environ.get("QUOTAPORTAL_TASK", "0"),
+                         os.getcwd().rsplit("/jobs/", 1)[0], os.environ.get("CUDA_VISIBLE_DEVICES", "")])
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(descriptor, (line + "\\n").encode())
+        os.close(descriptor)
+def on_term(number, frame):
+    note("end")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+note("start")
+time.sleep({seconds})
+note("end")
+sys.exit({code})
+"""
+# The main ports the agents hand out: the soak's jobs bind none (they only sleep), so one range serves all.
+AGENT_PORTS = "18250-18299"
+
+
+def agent_slots(agents: int, *, mixed: bool) -> list[tuple[str, int]]:
+    """(type key, slots) per agent, round-robin over the external types. Each holds its type's capacity, or
+    (mixed) the first agent of a type all but one slot per other agent of the type and the others one."""
+    keys = sorted(EXT_CAPACITY)
+    kinds = [keys[i % len(keys)] for i in range(agents)]
+    if not mixed:
+        return [(key, EXT_CAPACITY[key]) for key in kinds]
+    counts = Counter(kinds)
+    seen: Counter = Counter()
+    slots = []
+    for key in kinds:
+        slots.append((key, EXT_CAPACITY[key] - (counts[key] - 1) if not seen[key] else 1))
+        seen[key] += 1
+    return slots
+
+
+def slot_violations(
+    lines: list[str], attempts_end: dict[tuple[int, int], datetime | None], now: float
+) -> list[str]:
+    """From the processes' own notes (`SLOT_PROGRAM`): no instant when two live processes hold the same slot
+    of the same agent. A process that never noted its end (SIGKILLed) is taken as live until its attempt
+    ended (or now)."""
+    spans: dict[tuple[int, int, int], dict] = {}
+    for line in lines:
+        parts = line.split(" ")
+        if len(parts) < 6:
+            continue
+        moment, what, job, attempt, task, agent = (
+            float(parts[0]),
+            parts[1],
+            parts[2],
+            parts[3],
+            parts[4],
+            parts[5],
+        )
+        gpus = parts[6] if len(parts) > 6 else ""
+        if not (job.isdigit() and attempt.isdigit() and task.isdigit()):
+            continue
+        key = (int(job), int(attempt), int(task))
+        span = spans.setdefault(key, {"agent": agent, "gpus": gpus, "start": None, "end": None})
+        if what == "start":
+            span["start"] = moment
+        elif what == "end" and span["end"] is None:
+            span["end"] = moment
+    held: dict[tuple[str, str], list[tuple[float, float, tuple]]] = defaultdict(list)
+    for key, span in spans.items():
+        if span["start"] is None:
+            continue
+        end = span["end"]
+        if end is None:
+            ended = attempts_end.get(key[:2])
+            end = ended.timestamp() if ended is not None else now
+        for gpu in filter(None, span["gpus"].split(",")):
+            held[(span["agent"], gpu)].append((span["start"], end, key))
+    broken = []
+    for (agent, gpu), intervals in sorted(held.items()):
+        intervals.sort()
+        for (_, first_end, first), (second_start, _, second) in zip(intervals, intervals[1:], strict=False):
+            if second_start < first_end:
+                broken.append(
+                    f"slot {gpu} of {agent.rsplit('/', 1)[-1]}: job {first[0]} attempt {first[1]} task "
+                    f"{first[2]} and job {second[0]} attempt {second[1]} task {second[2]} held it at once "
+                    f"({second_start:.3f} < {first_end:.3f})"
+                )
+    return broken
+
+
+def unstarted_hold_violations(attempts: list[dict], lines: list[str], now: datetime) -> list[str]:
+    """No external attempt held its capacity longer than the start deadline (and the beat's slack) without a
+    process of it having started by then."""
+    started: dict[tuple[int, int], float] = {}
+    for line in lines:
+        parts = line.split(" ")
+        if len(parts) >= 4 and parts[1] == "start" and parts[2].isdigit() and parts[3].isdigit():
+            key = (int(parts[2]), int(parts[3]))
+            started[key] = min(started.get(key, float("inf")), float(parts[0]))
+    limit = EXT_START_DEADLINE_SECONDS + START_DEADLINE_SLACK_SECONDS
+    broken = []
+    for attempt in attempts:
+        held = ((attempt["stopped_at"] or now) - attempt["scheduled_at"]).total_seconds()
+        first = started.get((attempt["job_id"], attempt["attempt"]))
+        if held > limit and (first is None or first - attempt["scheduled_at"].timestamp() > limit):
+            broken.append(
+                f"job {attempt['job_id']} attempt {attempt['attempt']} held its capacity {held:.0f} s, past its "
+                f"start deadline ({EXT_START_DEADLINE_SECONDS} s), with no process of it started by then"
+            )
+    return broken
 
 
 # --- the invariants (SPEC 2), on plain data, for the samples and the replay alike ---------------------------
@@ -379,6 +506,9 @@ class Stats:
     stopping: Counter = field(default_factory=Counter)  # samples with STOPPING jobs, and those jobs
     fault_windows: list[tuple[float, float]] = field(default_factory=list)
     fault_notes: list[str] = field(default_factory=list)
+    agent_notes: dict = field(
+        default_factory=dict
+    )  # with agents: processes, tasks, start timeouts, lost tasks
 
     def record(self, operation: str, status: int | str) -> None:
         with self.lock:
@@ -435,6 +565,13 @@ class Command(BaseCommand):
             help="run the external queue with this many reference agents (at least 2: one per instance type) "
             "instead of the soak's reporting thread",
         )
+        parser.add_argument(
+            "--mixed-agents",
+            action="store_true",
+            help="with --agents: per instance type one agent with several slots and the others with one, so "
+            "jobs of several instances run as tasks across agents (default: each agent holds its type's "
+            "whole capacity)",
+        )
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", help="also write the results to this file")
 
@@ -445,6 +582,10 @@ class Command(BaseCommand):
             raise CommandError("--seconds 1..3600, --clients 1..64, --workers 1..16, --jobs >= 1")
         if options["agents"] and not len(EXT_CAPACITY) <= options["agents"] <= 64:
             raise CommandError(f"--agents: from {len(EXT_CAPACITY)} (one per instance type) to 64")
+        if options["mixed_agents"] and not options["agents"]:
+            raise CommandError("--mixed-agents: give --agents too")
+        if options["mixed_agents"] and options["agents"] > sum(EXT_CAPACITY.values()):
+            raise CommandError(f"--mixed-agents: at most {sum(EXT_CAPACITY.values())} agents (one slot each)")
         if not 1 <= options["stall_seconds"] <= options["drain_seconds"]:
             raise CommandError("--stall-seconds must be at least 1 and at most --drain-seconds")
         if connection.vendor != "postgresql":
@@ -579,19 +720,27 @@ class Command(BaseCommand):
         self.processes.start_beat(env)
 
     def _start_agents(self, base: str, world: dict) -> None:
-        """N agents round-robin over the external environment's types; each offers its type's capacity."""
+        """N agents round-robin over the external environment's types; each offers its type's capacity, or
+        (--mixed-agents) the first of a type all but one slot per other agent of the type, the others one."""
         self.agent_dirs: list[Path] = []
-        keys = sorted(EXT_CAPACITY)
-        env = {**os.environ, "PYTHONPATH": str(Path(settings.BASE_DIR) / "agent"), "PYTHONUNBUFFERED": "1"}
-        for i in range(self.options["agents"]):
-            key = keys[i % len(keys)]
+        slots = agent_slots(self.options["agents"], mixed=self.options["mixed_agents"])
+        # The jobs' processes (children of the agents) say when they held which slots: one GPU per slot.
+        self.slots_log = self.log_dir / "slots.log"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(Path(settings.BASE_DIR) / "agent"),
+            "PYTHONUNBUFFERED": "1",
+            "SOAK_SLOTS_LOG": str(self.slots_log),
+        }
+        for i, (key, count) in enumerate(slots):
             work_dir = self.log_dir / f"agent{i}"
             self.agent_dirs.append(work_dir)
             argv = [sys.executable, "-m", "quotaportal_agent", "--url", base]
             argv += ["--token", world["executor_token"], "--environment", str(world["ext_environment_id"])]
-            argv += ["--instance-type", TYPES[key], "--slots", str(EXT_CAPACITY[key])]
+            argv += ["--instance-type", TYPES[key], "--slots", str(count), "--gpus-per-instance", "1"]
             argv += ["--work-dir", str(work_dir), "--name", f"{PREFIX}agent{i}", "--heartbeat-seconds", "5"]
-            argv += ["--wait-seconds", "10", "--log-level", "WARNING"]
+            argv += ["--wait-seconds", "10", "--log-level", "WARNING", "--advertise-address", "127.0.0.1"]
+            argv += ["--port-range", AGENT_PORTS]
             self.processes.start(f"agent{i}", argv, env)
 
     def _end_agents_jobs(self) -> None:
@@ -951,6 +1100,32 @@ class Command(BaseCommand):
         except redis.RedisError:
             return None
 
+    def _agent_checks(self, world: dict) -> None:
+        """With agents: from the jobs' own notes, no slot held by two live processes at once, and no capacity
+        held past the start deadline by an attempt nobody started."""
+        slots_log = getattr(self, "slots_log", None)
+        lines = slots_log.read_text().splitlines() if slots_log is not None and slots_log.exists() else []
+        external = list(
+            JobAttempt.objects.filter(job__job_queue__name=EXT_QUEUE)
+            .order_by("id")
+            .values("job_id", "attempt", "scheduled_at", "stopped_at")
+        )
+        ends = {(a["job_id"], a["attempt"]): a["stopped_at"] for a in external}
+        found = slot_violations(lines, ends, time.time()) + unstarted_hold_violations(
+            external, lines, timezone.now()
+        )
+        for message in found[:50]:
+            self.stats.violation(message)
+        self.stats.agent_notes = {
+            "processes": sum(1 for line in lines if " start " in line),
+            "tasks": JobTask.objects.filter(job__job_queue__name=EXT_QUEUE).count(),
+            "start_timeouts": Event.objects.filter(
+                job__job_queue__name=EXT_QUEUE, kind="START_TIMEOUT"
+            ).count(),
+            "tasks_lost": Event.objects.filter(job__job_queue__name=EXT_QUEUE, kind="TASK_LOST").count(),
+            "violations": len(found),
+        }
+
     def _final_checks(
         self, world: dict, started_at, load_seconds: float, drain_seconds: float, backlog: int | None
     ) -> dict:
@@ -1003,6 +1178,8 @@ class Command(BaseCommand):
         replay, change_points = replay_violations(
             config, all_attempts, {job_id: job["quota_share_id"] for job_id, job in jobs.items()}
         )
+        if self.options["agents"]:
+            self._agent_checks(world)
         for message in replay[:50]:
             stats.violation(message)
         if len(replay) > 50:
@@ -1021,7 +1198,16 @@ class Command(BaseCommand):
         return {
             "options": {
                 k: self.options[k]
-                for k in ("seconds", "clients", "workers", "jobs", "web_workers", "fault", "agents")
+                for k in (
+                    "seconds",
+                    "clients",
+                    "workers",
+                    "jobs",
+                    "web_workers",
+                    "fault",
+                    "agents",
+                    "mixed_agents",
+                )
             },
             "load_seconds": round(load_seconds, 1),
             "requests": requests_total,
@@ -1065,6 +1251,7 @@ class Command(BaseCommand):
             "faults": stats.fault_notes,
             "tolerated_in_fault_windows": len(stats.tolerated),
             "violations": stats.violations,
+            "agents": stats.agent_notes,
             "log_dir": str(self.log_dir),
         }
 
@@ -1075,7 +1262,7 @@ class Command(BaseCommand):
             f"\nquotaportal soak: {r['load_seconds']} s load, {o['clients']} clients, {o['workers']} Celery "
             f"workers + beat, gunicorn x{o['web_workers']}, faults: {', '.join(o['fault']) or 'none'}, "
             + (
-                f"{o['agents']} agents on the external queue"
+                f"{o['agents']} {'mixed ' if o.get('mixed_agents') else ''}agents on the external queue"
                 if o.get("agents")
                 else "the external queue's fake executor"
             )
@@ -1113,6 +1300,16 @@ class Command(BaseCommand):
             ("histories", f"{r['histories_checked']} checked, {r['histories_broken']} inconsistent"),
             ("drain", f"{r['drain_seconds']} s; pass tasks left in the broker: {r['broker_backlog_at_end']}"),
         ]
+        if r.get("agents"):
+            a = r["agents"]
+            rows.append(
+                (
+                    "agents",
+                    f"{a['processes']} processes ({a['tasks']} tasks of jobs run as tasks), "
+                    f"{a['start_timeouts']} start timeouts, {a['tasks_lost']} tasks lost; slots and unstarted "
+                    f"holds checked from the processes' notes: {a['violations']} violations",
+                )
+            )
         rows += [("fault", note) for note in r["faults"]]
         if r["faults"]:
             rows.append(
@@ -1216,8 +1413,11 @@ def soak_setup(*, clients: int) -> dict:
         (SIM_QUEUE, ServiceEnvironment.Executor.SIMULATED, SIM_CAPACITY, SIM_SHARES),
         (EXT_QUEUE, ServiceEnvironment.Executor.EXTERNAL, EXT_CAPACITY, EXT_SHARES),
     ):
+        fields = {"name": f"{queue_name}-env", "executor": executor}
+        if executor == ServiceEnvironment.Executor.EXTERNAL:
+            fields["start_deadline_seconds"] = EXT_START_DEADLINE_SECONDS
         environment = config_services.service_environment_create(
-            fields={"name": f"{queue_name}-env", "executor": executor},
+            fields=fields,
             limits=[rules.LimitInput(types[key], n) for key, n in capacity.items()],
             actor=None,
         )
@@ -1313,7 +1513,7 @@ def soak_job_body(rng: random.Random, user: dict, name: str) -> dict:
     if queue == EXT_QUEUE:
         # What an agent (--agents) runs: a process for the job's duration; about one in seven exits 3.
         code = 3 if body["payload"]["n"] % 7 == 0 else 0
-        program = f"import sys, time; time.sleep({body['duration_seconds']}); sys.exit({code})"
+        program = SLOT_PROGRAM.format(seconds=body["duration_seconds"], code=code)
         body["payload"]["command"] = ["python3", "-c", program]
     if rng.random() < 0.1:
         body["max_pending_seconds"] = rng.randint(5, 30)
