@@ -238,6 +238,7 @@ _STAND_INS = {
     "preemption_retries_before_termination": None,
     "max_pending_seconds": None,
     "duration_seconds": None,
+    "attempt_duration_seconds": None,
     "payload": None,
     "client_token": None,
 }

@@ -165,6 +165,7 @@ def _copy_of(request) -> tuple[dict, list[dict]] | None:
         "preemption_retries_before_termination": job.preemption_retries_before_termination,
         "max_pending_seconds": job.max_pending_seconds,
         "duration_seconds": job.duration_seconds,
+        "attempt_duration_seconds": job.attempt_duration_seconds,
         "payload": job.payload,
     }
     rows = [

@@ -119,10 +119,17 @@ def test_submit_reads_a_json_file(qp, tmp_path):
     entries = [{"instance_type": P5, "instance_count": 1}]
     spec.write_text(
         json.dumps(
-            {"name": "j", "job_queue": "training", "quota_share": "nlp", "instance_preferences": entries}
+            {
+                "name": "j",
+                "job_queue": "training",
+                "quota_share": "nlp",
+                "instance_preferences": entries,
+                "payload": {"command": ["python", "train.py"]},
+            }
         )
     )
-    assert qp("submit", "-f", str(spec)).returncode == 0
+    result = qp("submit", "-f", str(spec))
+    assert result.returncode == 0, result.stderr
     assert Job.objects.get().name == "j"
 
 

@@ -141,7 +141,9 @@ def test_a_members_job_list_opens_on_their_own_jobs_and_shows_the_teams_on_reque
 
 def test_submit_a_copy_opens_the_form_filled_in_from_the_job(world, client_for):
     job = job_in(world.nlp, [(P5, 2), (P4, 3)], name="sweep-7", user=world.ana, scheduling_priority=40)
-    Job.objects.filter(pk=job.pk).update(payload={"command": ["python3", "sweep.py", "--lr", "3e-4"]})
+    Job.objects.filter(pk=job.pk).update(
+        payload={"command": ["python3", "sweep.py", "--lr", "3e-4"]}, attempt_duration_seconds=5400
+    )
     client = client_for(world.ana)
     page = client.get(reverse("job_detail", args=[job.pk])).content.decode()
     assert f'href="{reverse("job_new")}?copy={job.pk}">Submit a copy</a>' in page
@@ -150,6 +152,7 @@ def test_submit_a_copy_opens_the_form_filled_in_from_the_job(world, client_for):
     assert re.search(rf'<option value="{world.nlp.pk}" selected>', form)
     assert 'name="pref-TOTAL_FORMS" value="2"' in form
     assert 'name="pref-1-instance_count" value="3"' in form
+    assert 'name="attempt_duration_seconds" value="5400"' in form
     assert "sweep.py" in form and "--lr" in form
     tokens = re.findall(r'name="client_token" value="([0-9a-f]+)"', form)
     assert tokens and tokens[0] != job.client_token
