@@ -7,6 +7,9 @@ sweep after preemptions, and each share's queue positions. It is written from SP
 code with the engine but the dataclasses, `oracle` (SPEC 2) and `reference` (SPEC 3.4's victim choice and
 SPEC 2's give-back); every sum is recomputed from the jobs at every step.
 
+Budgets (SPEC 2.1) are modelled as the snapshot states them: a share whose ALL budget is spent starts nothing,
+one whose BORROWED budget is spent places nothing above its limit (see `oracle.fits_without_preemption`).
+
 Graceful stops are modelled too: a taken victim (or drained job) is STOPPING and keeps its instances; its
 preemptor is nominated, not placed, and a later pass places the nominated job before any other head.
 """
@@ -30,7 +33,7 @@ from engine import (
 )
 
 from . import reference
-from .oracle import all_types, fits_without_preemption, limit, on_demand_usage, reserved
+from .oracle import all_types, fits_without_preemption, limit, on_demand_usage, reserved, starts_no_new_job
 
 
 @dataclass
@@ -290,7 +293,8 @@ class ModelPass:
         self.give_back()
         # This pass's victims are not placed again before the next pass; drained jobs may be at once.
         runnable = [j for j in self.snap.jobs if j.status == JobStatus.RUNNABLE and j.id not in self.victims]
-        enabled = {s.id for s in self.snap.shares if s.enabled}
+        # A disabled share places nothing, nor does one whose budget of scope ALL is spent.
+        enabled = {s.id for s in self.snap.shares if s.enabled and not starts_no_new_job(s)}
         if self.snap.queue_enabled:
             runnable = [j for j in runnable if j.share_id in enabled]
             # A nomination stands while its entry is an on-demand entry of the job.
