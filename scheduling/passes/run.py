@@ -21,12 +21,13 @@ from engine import types as et
 from engine.collector import collector_paused
 from engine.due import next_pass_due
 from scheduling.models import JobQueue, SchedulingPass
+from scheduling.passes.budgets import budgets_apply, budgets_read, budgets_write
 from scheduling.passes.due import pass_due_forget, pass_due_record
 from scheduling.passes.histogram import pass_histogram_observe
 from scheduling.passes.snapshot import JOB_COLUMNS, snapshot_load
 from scheduling.passes.stops import stops_settle
 from scheduling.passes.work import work_changed
-from scheduling.passes.write import decisions_log, decisions_write, last_sample_at, usage_sample
+from scheduling.passes.write import decisions_log, decisions_write, last_sample_at, usage_after, usage_sample
 from scheduling.services.locks import queue_lock
 
 logger = logging.getLogger("quotaportal.scheduling")
@@ -88,6 +89,8 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     """Load, decide, write. The caller holds the queue's row lock in the enclosing transaction, taken with
     `last_sample_at` read beside it (`queue_lock(..., last_sample=...)`)."""
     snap, index = snapshot_load(job_queue=job_queue, now=now)
+    book = budgets_read(job_queue_id=job_queue.pk, now=now)
+    snap = budgets_apply(snap, book)
     snap, settled = stops_settle(
         snap=snap, index=index, lease_seconds=job_queue.service_environment.lease_seconds, now=now
     )
@@ -99,6 +102,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     )
     if admitted or decisions.preemptions or decisions.drains:
         work_changed(environment=job_queue.service_environment)
+    budgets_write(job_queue_id=job_queue.pk, book=book, snap=snap, usage=usage_after(snap, decisions))
     decisions_log(job_queue=job_queue, decisions=decisions, index=index)
     usage_sample(
         job_queue=job_queue,
