@@ -327,6 +327,13 @@ class QuotaShare(models.Model):
     def enabled(self) -> bool:
         return self.state == State.ENABLED
 
+    @property
+    def budget(self) -> dict | None:
+        """The budget as the API spells it (None: no budget)."""
+        if self.budget_gpu_hours is None:
+            return None
+        return {"gpu_hours": self.budget_gpu_hours, "period": self.budget_period, "scope": self.budget_scope}
+
 
 class ShareCapacityLimit(models.Model):
     quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="capacity_limits")
