@@ -194,7 +194,13 @@ class IdleCapacityAssignment(models.TextChoices):
 
 
 # Settings a form may leave out: left blank, they keep the model's default (or the value already saved).
-OPTIONAL_SETTINGS = ("idle_capacity_assignment", "preemption_min_runtime_seconds", "fair_share_weight")
+OPTIONAL_SETTINGS = (
+    "idle_capacity_assignment",
+    "preemption_min_runtime_seconds",
+    "fair_share_weight",
+    "budget_period",
+    "budget_scope",
+)
 
 IDLE_CAPACITY_ASSIGNMENT_HELP = (
     "Who gets idle capacity among borrowers: FIFO = earliest submission (AWS); "

@@ -103,6 +103,9 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                     "in_share_preemption": share.in_share_preemption,
                     "fair_share_weight": share.fair_share_weight,
                     "state": share.state,
+                    "budget_gpu_hours": share.budget_gpu_hours,
+                    "budget_period": share.budget_period,
+                    "budget_scope": share.budget_scope,
                 }
             )
             limits = list(share.capacity_limits.all())
@@ -124,11 +127,24 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                     "in_share_preemption",
                     "fair_share_weight",
                     "state",
+                    "budget_gpu_hours",
+                    "budget_period",
+                    "budget_scope",
                 ],
                 field_classes={"job_queue": IdChoiceField, "team": IdChoiceField},
             )
         )
         self.fields["fair_share_weight"].required = False
+        self.fields["budget_gpu_hours"].label = "Budget (GPU-hours)"
+        for name in ("budget_period", "budget_scope"):  # blank keeps the saved value (or the default)
+            self.fields[name].required = False
+        self.fields["budget_period"].label = "Budget period"
+        self.fields["budget_period"].help_text = "A UTC calendar day, week (from Monday) or month."
+        self.fields["budget_scope"].label = "Budget counts"
+        self.fields["budget_scope"].help_text = (
+            "ALL: every GPU-hour on on-demand capacity; once spent, the share starts no new job. BORROWED: "
+            "only what it holds above its limit; once spent, it borrows no more. Running jobs are never stopped."
+        )
         if share is not None:
             self.fields["job_queue"].disabled = True
             self.fields["job_queue"].help_text = "A share stays in its queue."
@@ -191,6 +207,9 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
             "in_share_preemption",
             "fair_share_weight",
             "state",
+            "budget_gpu_hours",
+            "budget_period",
+            "budget_scope",
         ]
         if self.share is None:
             names.append("job_queue")
