@@ -61,7 +61,7 @@ def test_a_budget_set_in_the_share_editor_holds_the_share_back_on_the_overview_a
     assert waiting.status == JobStatus.RUNNABLE
     assert waiting.current_reason.startswith("share nlp: budget of 40 GPU-hours for ")
     overview = client_for(world.ana).get("/").content.decode()
-    card = overview[overview.index('id="share-{}"'.format(world.nlp.pk)) :]
+    card = overview[overview.index(f'id="share-{world.nlp.pk}"') :]
     card = card[: card.index("</article>")]
     assert "Budget spent:" in card and "starts no new job until the reset" in card
     assert "50 of 40 GPU-hours spent for" in card
