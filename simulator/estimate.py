@@ -24,11 +24,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from statistics import NormalDist
 
-from engine import Decisions, Entry, Job, JobStatus, Snapshot, schedule
+from engine import Budget, Decisions, Entry, Job, JobStatus, Snapshot, schedule
 from engine.collector import collector_paused
 
 from .config import (
     EPOCH,
+    BudgetConfig,
     Configuration,
     ConfigurationError,
     PlanConfig,
@@ -359,6 +360,7 @@ def _configuration(snapshot: Snapshot) -> Configuration:
                     borrow_limit=share.borrow_limit,
                     in_share_preemption=share.in_share_preemption,
                     enabled=share.enabled,
+                    budget=_budget_config(share.budget),
                 )
                 for share in snapshot.shares
             ),
@@ -377,6 +379,19 @@ def _configuration(snapshot: Snapshot) -> Configuration:
             plan_drain_seconds=snapshot.plan_drain_seconds,
             share_ids={share.name: share.id for share in snapshot.shares},
         )
+    )
+
+
+def _budget_config(budget: Budget | None) -> BudgetConfig | None:
+    """A live share's budget for the forward replay, with what it has spent so far in the period: the replay
+    counts on from there, and a spent budget holds the share back until its reset."""
+    if budget is None:
+        return None
+    return BudgetConfig(
+        gpu_hours=budget.gpu_hours,
+        period=budget.period,
+        scope=budget.scope,
+        spent_at_start=budget.used_gpu_hours,
     )
 
 
@@ -476,6 +491,14 @@ class _ForwardSimulation(Simulation):
             self.meter.change(
                 now, job.share_id, placement.instance_type, placement.training_plan, placement.instance_count
             )
+            if self.budgets is not None:
+                self.budgets.change(
+                    now,
+                    job.share_id,
+                    placement.instance_type,
+                    placement.training_plan,
+                    placement.instance_count,
+                )
             self.placed_type[job.id] = placement.instance_type
             self.completions.append((ends_at, job.id, 1))
         self.completions.sort()
