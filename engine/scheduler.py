@@ -324,6 +324,7 @@ class PassRun:
         victims = {p.job_id: p for p in self.decisions.preemptions if not p.fails and not p.graceful}
         held_behind = self.held_behind
         pending = self.decisions.pending
+        spent: dict[int, str] = {}
         joining = share_queues([job for job in state.jobs if job.id in victims] + unordered)
         for share_id in sorted(set(left) | set(joining)):
             share_queue = left.get(share_id, [])
@@ -340,7 +341,8 @@ class PassRun:
                 elif not share.enabled:
                     reason = share_disabled_reason(share.name)
                 elif stops_all_starts(share.budget):
-                    reason = budget_spent_reason(share)
+                    # One text for every job of the share: a spent share may hold thousands.
+                    reason = spent.get(share_id) or spent.setdefault(share_id, budget_spent_reason(share))
                 elif job.id in held_behind:
                     reason = held_by_strict_fifo_reason(state, job, held_behind[job.id])
                 else:

@@ -1,17 +1,19 @@
-"""GPU-hour budgets in a replay: each budgeted share's consumption in its current period, as jobs hold instances.
+"""GPU-hour budgets in a replay: each share's consumption per calendar period, as jobs hold instances.
 
-The replay's usage changes only when a job is placed or released, so consumption is the held GPUs (all of
-them, or with scope BORROWED those above the share's limit) times the time between changes, cut at the
-period's end, where it starts again from nothing (`engine.budgets`: UTC days, weeks from Monday, months).
-Training plans are not counted. `budget_of` gives the engine's `Budget` for a pass; `spent_periods` keeps,
-per share, the periods in which the budget was reached and when, for the report.
+The replay's usage changes only when a job is placed or released, so consumption is the GPUs held on demand
+(all of them, and apart those above the share's limit) times the time between changes, cut at the period's
+end, where it starts again from nothing (`engine.budgets`: UTC days, weeks from Monday, months). Training
+plans are not counted. A budgeted share is metered over its budget's period; with `every_share`, the others
+are metered per month too (what a study of budgets sets them from). `budget_of` gives the engine's `Budget`
+for a pass; `periods` keeps every period each share went through: what it used, and when its budget was
+reached.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from engine import Budget, BudgetPeriod, BudgetScope
@@ -21,28 +23,46 @@ from .config import BudgetConfig, to_datetime
 
 
 @dataclass
+class PeriodUse:
+    """One share's consumption in one period: GPU-hours on demand, the part above its limit, and when its
+    budget was reached (None: it was not, or it has none)."""
+
+    start: float
+    gpu_hours: float = 0.0
+    borrowed_gpu_hours: float = 0.0
+    spent_at: float | None = None
+
+
+@dataclass
 class _Account:
-    config: BudgetConfig
+    budget: BudgetConfig | None
     limits: Mapping[str, int]
     held: dict[str, int] = field(default_factory=dict)  # type -> on-demand instances
-    period_start: float = 0.0
     period_end: float = 0.0
-    used: float = 0.0  # GPU-hours in the current period
-    spent_at: float | None = None  # when the budget was reached in the current period
+    current: PeriodUse = field(default_factory=lambda: PeriodUse(0.0))
 
-    def rate(self, gpus: Mapping[str, int]) -> float:
-        """GPUs counted per hour now."""
-        total = 0
+    @property
+    def period(self) -> BudgetPeriod:
+        return self.budget.period if self.budget is not None else BudgetPeriod.MONTH
+
+    def used(self) -> float:
+        """What counts against the budget so far in the period."""
+        if self.budget is not None and self.budget.scope == BudgetScope.BORROWED:
+            return self.current.borrowed_gpu_hours
+        return self.current.gpu_hours
+
+    def rates(self, gpus: Mapping[str, int]) -> tuple[int, int]:
+        """GPUs held on demand now, and those above the share's limits."""
+        total = above = 0
         for instance_type, instances in self.held.items():
-            counted = instances
-            if self.config.scope == BudgetScope.BORROWED:
-                counted = max(0, instances - self.limits.get(instance_type, 0))
-            total += counted * gpus.get(instance_type, 1)
-        return total
+            per = gpus.get(instance_type, 1)
+            total += instances * per
+            above += max(0, instances - self.limits.get(instance_type, 0)) * per
+        return total, above
 
 
 class BudgetMeter:
-    """The budgeted shares' consumption over virtual time (seconds since the epoch)."""
+    """Shares' consumption over virtual time (seconds since the epoch)."""
 
     def __init__(
         self,
@@ -51,27 +71,33 @@ class BudgetMeter:
         limits: Mapping[int, Mapping[str, int]],
         gpus: Mapping[str, int],
         start: float,
+        every_share: bool = False,
     ):
         self.gpus = dict(gpus)
         self.time = start
+        share_ids = list(limits) if every_share else list(budgets)
         self.accounts = {
-            share_id: _Account(config, dict(limits.get(share_id, {}))) for share_id, config in budgets.items()
+            share_id: _Account(budgets.get(share_id), dict(limits.get(share_id, {})))
+            for share_id in share_ids
         }
-        # share id -> [(period start, when the budget was reached)] of the periods whose budget was spent
-        self.spent_periods: dict[int, list[tuple[float, float]]] = {share_id: [] for share_id in budgets}
+        self.periods: dict[int, list[PeriodUse]] = {share_id: [] for share_id in share_ids}
         for share_id, account in self.accounts.items():
-            self._open_period(account, start)
-            account.used = float(account.config.spent_at_start)
-            if account.used >= float(account.config.gpu_hours):
-                account.spent_at = start
-                self.spent_periods[share_id].append((account.period_start, start))
+            self._open_period(share_id, account, start)
+            if account.budget is not None and account.budget.spent_at_start:
+                account.current.gpu_hours = account.current.borrowed_gpu_hours = float(
+                    account.budget.spent_at_start
+                )
+                self._note_spent(account, start)
 
-    def _open_period(self, account: _Account, at: float) -> None:
+    def _open_period(self, share_id: int, account: _Account, at: float) -> None:
         moment = to_datetime(at)
-        account.period_start = period_start(account.config.period, moment).timestamp()
-        account.period_end = period_end(account.config.period, moment).timestamp()
-        account.used = 0.0
-        account.spent_at = None
+        account.current = PeriodUse(period_start(account.period, moment).timestamp())
+        account.period_end = period_end(account.period, moment).timestamp()
+        self.periods[share_id].append(account.current)
+
+    def _note_spent(self, account: _Account, at: float) -> None:
+        if account.current.spent_at is None and account.used() >= float(account.budget.gpu_hours):
+            account.current.spent_at = at
 
     def change(self, at: float, share_id: int, instance_type: str, plan: str | None, instances: int) -> None:
         """`instances` (negative: released) of a type for a share from `at`; plans are not counted."""
@@ -86,33 +112,40 @@ class BudgetMeter:
             return
         for share_id, account in self.accounts.items():
             moment = self.time
-            rate = account.rate(self.gpus)
+            total, above = account.rates(self.gpus)
             while moment < at:
                 until = min(at, account.period_end)
-                before = account.used
-                account.used += rate * (until - moment) / 3600
-                gpu_hours = float(account.config.gpu_hours)
-                if account.spent_at is None and account.used >= gpu_hours > before:
-                    account.spent_at = moment + (gpu_hours - before) / rate * 3600
-                    self.spent_periods[share_id].append((account.period_start, account.spent_at))
+                if total:
+                    used_before = account.used()
+                    account.current.gpu_hours += total * (until - moment) / 3600
+                    account.current.borrowed_gpu_hours += above * (until - moment) / 3600
+                    if account.budget is not None and account.current.spent_at is None:
+                        gpu_hours = float(account.budget.gpu_hours)
+                        rate = above if account.budget.scope == BudgetScope.BORROWED else total
+                        if account.used() >= gpu_hours > used_before:
+                            account.current.spent_at = moment + (gpu_hours - used_before) / rate * 3600
                 moment = until
                 if moment >= account.period_end:
-                    self._open_period(account, moment)
+                    self._open_period(share_id, account, moment)
         self.time = at
 
     def budget_of(self, share_id: int, at: float) -> Budget | None:
         """The share's budget as a pass at `at` sees it (None: no budget)."""
         account = self.accounts.get(share_id)
-        if account is None:
+        if account is None or account.budget is None:
             return None
         self.advance(at)
         return Budget(
-            gpu_hours=account.config.gpu_hours,
-            period=BudgetPeriod(account.config.period),
-            scope=BudgetScope(account.config.scope),
-            used_gpu_hours=Decimal(str(round(account.used, 6))),
-            resets_at=datetime.fromtimestamp(account.period_end, to_datetime(0).tzinfo),
+            gpu_hours=account.budget.gpu_hours,
+            period=BudgetPeriod(account.budget.period),
+            scope=BudgetScope(account.budget.scope),
+            used_gpu_hours=Decimal(str(round(account.used(), 6))),
+            resets_at=datetime.fromtimestamp(account.period_end, UTC),
         )
 
     def resets_at(self, share_id: int) -> float:
         return self.accounts[share_id].period_end
+
+    def spent_periods(self, share_id: int) -> list[PeriodUse]:
+        """The periods in which the share's budget was reached."""
+        return [use for use in self.periods.get(share_id, []) if use.spent_at is not None]

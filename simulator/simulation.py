@@ -230,7 +230,7 @@ class Snapshots:
     def of(self, now: float, jobs: Iterable[Job], reduced: ReducedSnapshot | None = None) -> Snapshot:
         sim = self.simulation
         shares = sim.shares if reduced is None else reduced.shares
-        if sim.budgets is not None:
+        if sim.budgets is not None and sim.budgeted:
             shares = sim.with_budgets(shares, now)
         return Snapshot(
             now=to_datetime(now),
@@ -277,6 +277,7 @@ class Simulation:
         shortcuts: bool,
         verify_shortcuts: bool,
         metered: bool = True,
+        consumption: bool = False,
     ):
         self.config = validate(configuration)
         self.schedule = schedule_function
@@ -387,7 +388,8 @@ class Simulation:
                 lending_limits={share.id: share.lending_limits for share in self.shares},
             )
         )
-        # GPU-hour budgets (`simulator.budgets`): each pass's shares carry their budget's state.
+        # GPU-hour budgets (`simulator.budgets`): each pass's shares carry their budget's state. With
+        # `consumption`, every share's GPU-hours per month are kept too, budget or not.
         budgets = {self.share_ids[s.name]: s.budget for s in configuration.shares if s.budget is not None}
         self.budgets = (
             BudgetMeter(
@@ -395,10 +397,12 @@ class Simulation:
                 limits={share.id: share.limits for share in self.shares},
                 gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
                 start=self.start,
+                every_share=consumption,
             )
-            if budgets
+            if budgets or consumption
             else None
         )
+        self.budgeted = bool(budgets)
         self.budget_wakes: set[tuple[int, float]] = set()
         self.checker = (
             PassChecker(
@@ -1043,6 +1047,7 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     shortcuts: bool = True,
     verify_shortcuts: bool = False,
+    consumption: bool = False,
 ) -> Result:
     """Replay `jobs` against `configuration` and return every decision applied, per-job outcomes and usage.
 
@@ -1051,7 +1056,8 @@ def simulate(
     (usage is measured up to it); without, it runs until nothing is left to happen. `check` verifies SPEC
     section 2 after every pass and raises `InvariantViolation` at the first breach. `shortcuts` (see
     `simulator.shortcuts`) make passes cheaper without changing their decisions;
-    `verify_shortcuts` proves it as it goes by also running every pass on the whole snapshot.
+    `verify_shortcuts` proves it as it goes by also running every pass on the whole snapshot. `consumption`
+    keeps every share's on-demand GPU-hours per month (`Result.budgets`), as budgeted shares' always are.
     """
     return Simulation(
         configuration,
@@ -1066,4 +1072,5 @@ def simulate(
         progress=progress,
         shortcuts=shortcuts,
         verify_shortcuts=verify_shortcuts,
+        consumption=consumption,
     ).run()

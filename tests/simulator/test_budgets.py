@@ -31,8 +31,9 @@ def test_a_spent_budget_holds_new_jobs_until_the_period_resets():
 
     assert result.outcomes[1].first_placed_at == T0
     assert result.outcomes[2].first_placed_at == MIDNIGHT
-    [(period_start, spent_at)] = result.budgets.spent_periods[1]
-    assert spent_at == pytest.approx(T0 + 2 * HOUR)
+    [spent] = result.budgets.spent_periods(1)
+    assert spent.spent_at == pytest.approx(T0 + 2 * HOUR)
+    assert spent.gpu_hours == pytest.approx(3)  # a period can end over budget: job 1 ran on
 
 
 def test_a_spent_borrowed_budget_stops_borrowing_but_not_the_share_within_its_limit():
@@ -62,7 +63,7 @@ def test_plans_are_not_counted():
     result = simulate(only, jobs, start=T0, check=True)
 
     assert result.outcomes[2].first_placed_at == T0 + HOUR
-    assert result.budgets.spent_periods[1] == []
+    assert result.budgets.spent_periods(1) == []
 
 
 def test_a_budget_is_read_from_a_configuration_file_mapping_and_refused_by_name_when_wrong():
@@ -103,7 +104,7 @@ def test_a_philly_replay_with_budgets_decides_every_pass_as_the_whole_queue_woul
     result = simulate(budgeted, jobs, start=start, end=start + 4 * HOUR, verify_shortcuts=True, check=True)
     free = simulate(base, jobs, start=start, end=start + 4 * HOUR)
 
-    assert sum(bool(periods) for periods in result.budgets.spent_periods.values()) >= 2
+    assert sum(bool(result.budgets.spent_periods(share_id)) for share_id in result.share_ids.values()) >= 2
     admitted = sum(r.kind == Kind.ADMITTED for r in result.records)
     assert 0 < admitted < sum(r.kind == Kind.ADMITTED for r in free.records)
 
@@ -168,3 +169,19 @@ def test_the_forward_replay_with_budgets_decides_every_pass_as_the_whole_queue_w
         verify_shortcuts=True,
     )
     assert sum(found.earliest is not None for found in run.estimates.values()) > 50
+
+
+def test_with_consumption_every_share_is_metered_per_month_budget_or_not():
+    two = config(share_config("a", small=2), share_config("b", small=2))
+    # Job 1 runs 2 h over the end of July (1 GPU), job 2 runs 1 h in August.
+    july_end = datetime(2017, 8, 1, tzinfo=UTC).timestamp()
+    jobs = [job(1, "a", july_end - T0 - HOUR, 2 * HOUR), job(2, "b", july_end - T0 + HOUR, HOUR)]
+
+    result = simulate(two, jobs, start=T0, consumption=True)
+
+    a, b = (result.budgets.periods[result.share_ids[name]] for name in ("a", "b"))
+    assert [(use.start, round(use.gpu_hours, 6)) for use in a] == [
+        (datetime(2017, 7, 1, tzinfo=UTC).timestamp(), 1.0),
+        (july_end, 1.0),
+    ]
+    assert [round(use.gpu_hours, 6) for use in b] == [0.0, 1.0]
