@@ -94,14 +94,6 @@ def gpu_hours_held(instances: int, gpu_count: int, start: datetime, end: datetim
     return Decimal(instances * gpu_count) * seconds / SECONDS_PER_HOUR
 
 
-def counted_instances(scope: BudgetScope | str, usage: int, limit: int) -> int:
-    """What a share's on-demand usage of a type counts towards its budget: all of it, or (BORROWED) the part
-    above its limit."""
-    if scope == BudgetScope.BORROWED:
-        return max(0, usage - limit)
-    return usage
-
-
 def split_by_period(
     period: BudgetPeriod | str, start: datetime, end: datetime
 ) -> list[tuple[datetime, datetime]]:
@@ -113,14 +105,3 @@ def split_by_period(
         pieces.append((start, min(end, boundary)))
         start = boundary
     return pieces
-
-
-def thresholds_crossed(gpu_hours: Decimal, before: Decimal, after: Decimal) -> list[str]:
-    """Which of BUDGET_WARNING (80%) and BUDGET_EXHAUSTED (100%) consumption going from `before` to `after`
-    crosses (each is recorded once a period: the caller passes the period's consumption)."""
-    crossed = []
-    if before < gpu_hours * WARNING_FRACTION <= after:
-        crossed.append("BUDGET_WARNING")
-    if before < gpu_hours <= after:
-        crossed.append("BUDGET_EXHAUSTED")
-    return crossed

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from statistics import NormalDist
 
-from engine import Budget, Decisions, Entry, Job, JobStatus, Snapshot, schedule
+from engine import Budget, BudgetScope, Decisions, Entry, Job, JobStatus, Snapshot, schedule
 from engine.collector import collector_paused
 
 from .config import (
@@ -225,9 +225,33 @@ def estimate(
             )
         passes = typical.passes + pessimistic.passes
         replays = [typical.stats, pessimistic.stats]
+        held_back = _held_back_until(snapshot)
         for job_id in sorted(wanted):
-            estimates[job_id] = _combine(job_id, typical, pessimistic, snapshot.now, horizon_seconds)
+            found = _combine(job_id, typical, pessimistic, snapshot.now, horizon_seconds)
+            reset = held_back.get(job_id)
+            if reset is not None and found.earliest is not None and found.earliest >= reset[1]:
+                around = _clock(found.earliest.timestamp(), snapshot.now.timestamp())
+                found = replace(
+                    found,
+                    basis=f"after the budget of share {reset[0]} resets "
+                    f"({_clock(reset[1].timestamp(), snapshot.now.timestamp())}), around {around}",
+                )
+            estimates[job_id] = found
     return EstimateRun(estimates, wallclock.perf_counter() - started, passes, replays)
+
+
+def _held_back_until(snapshot: Snapshot) -> dict[int, tuple[str, datetime]]:
+    """RUNNABLE jobs of shares whose budget of scope ALL is spent: the share's name and when it resets."""
+    spent = {
+        share.id: (share.name, share.budget.resets_at)
+        for share in snapshot.shares
+        if share.budget is not None and share.budget.scope == BudgetScope.ALL and share.budget.spent
+    }
+    return {
+        job.id: spent[job.share_id]
+        for job in snapshot.jobs
+        if job.status == JobStatus.RUNNABLE and job.share_id in spent
+    }
 
 
 def _never_reasons(snapshot: Snapshot, wanted: set[int]) -> dict[int, str]:

@@ -11,7 +11,6 @@ import pytest
 from engine import Budget, BudgetPeriod, BudgetScope, schedule
 from engine.budgets import (
     budget_spent_words,
-    counted_instances,
     gpu_hours_held,
     gpu_hours_text,
     period_end,
@@ -227,12 +226,9 @@ def test_the_spent_words_read_as_in_the_rules():
     assert gpu_hours_text(Decimal("100.4")) == "100"
 
 
-def test_consumption_counts_instances_times_gpus_times_hours_and_borrowed_scope_only_above_the_limit():
+def test_consumption_counts_instances_times_gpus_times_hours():
     assert gpu_hours_held(4, 8, NOW, NOW.replace(hour=13, minute=30)) == Decimal(48)
     assert gpu_hours_held(4, 8, NOW, NOW) == 0
-    assert counted_instances(BudgetScope.ALL, 6, 4) == 6
-    assert counted_instances(BudgetScope.BORROWED, 6, 4) == 2
-    assert counted_instances(BudgetScope.BORROWED, 3, 4) == 0
 
 
 def test_a_stretch_of_time_is_cut_at_period_ends():

@@ -123,6 +123,9 @@ def test_the_estimate_of_a_job_held_back_by_its_budget_counts_the_reset():
     run = estimate(snapshot({P5: 2}, [nlp], jobs), Expectations(default=Runtime.exactly(600)), resolution=0)
 
     assert run.estimates[1].earliest == datetime(2025, 6, 3, tzinfo=UTC)  # NOW is 2025-06-02 12:00
+    assert run.estimates[1].basis == (
+        "after the budget of share nlp resets (Tue 03 Jun 00:00 UTC), around Tue 03 Jun 00:00 UTC"
+    )
 
 
 def test_the_estimate_counts_the_budget_running_out_while_jobs_run():
