@@ -100,3 +100,19 @@ def test_the_share_page_shows_spent_projection_and_money_where_prices_are_set(wo
 def test_a_share_without_a_budget_shows_none(world, client_for):
     html = client_for(world.ana).get(reverse("share_detail", args=[world.vision.pk])).content.decode()
     assert "GPU-hour budget" not in html
+
+
+def test_budget_events_read_in_the_event_log(world, client_for):
+    from scheduling.models import Event, EventKind
+
+    Event.objects.create(
+        kind=EventKind.BUDGET_EXHAUSTED,
+        team=world.team_nlp,
+        job_queue=world.queue,
+        quota_share=world.nlp,
+        message="share nlp has spent its budget of 40 GPU-hours for December (41): it starts no new job until "
+        "2027-01-01 00:00 UTC",
+    )
+    html = client_for(world.ana).get(reverse("event_log") + "?kind=BUDGET_EXHAUSTED").content.decode()
+    assert "share nlp has spent its budget of 40 GPU-hours for December (41)" in html
+    assert "budget spent" in html
