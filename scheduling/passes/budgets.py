@@ -16,7 +16,7 @@ nothing), the events (`budgets_write`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from engine import types as et
@@ -56,6 +56,7 @@ class BudgetBook:
     now: datetime
     type_ids: dict[str, int]
     shares: dict[int, dict]
+    gpus: dict[str, int] = field(default_factory=dict)  # type name -> GPUs per instance
     # (share id, type id, day) -> [GPU-hours, GPU-hours above the limit]: as stored, and as added now
     stored: dict[tuple[int, int, date], list[Decimal]] = field(default_factory=dict)
     added: dict[tuple[int, int, date], list[Decimal]] = field(default_factory=dict)
@@ -69,8 +70,10 @@ def budgets_read(*, job_queue_id: int, now: datetime) -> BudgetBook:
         row["id"]: row for row in QuotaShare.objects.filter(job_queue_id=job_queue_id).values(*SHARE_COLUMNS)
     }
     types = list(InstanceType.objects.values_list("id", "name", "gpu_count"))
-    book = BudgetBook(now=now, type_ids={name: type_id for type_id, name, _ in types}, shares=shares)
     gpus = {name: gpu_count for _, name, gpu_count in types}
+    book = BudgetBook(
+        now=now, type_ids={name: type_id for type_id, name, _ in types}, shares=shares, gpus=gpus
+    )
     # A week can start in the month before: whichever period a share has, its rows are from here on.
     earliest = min(period_start(et.BudgetPeriod.MONTH, now), period_start(et.BudgetPeriod.WEEK, now))
     for row in shares.values():
@@ -210,6 +213,28 @@ def budgets_write(
             update_fields=["metered_until", "held", "warned_period", "exhausted_period"],
         )
     rows_insert(Event, events)
+
+
+def budgets_due(*, book: BudgetBook, snap: et.Snapshot, usage: dict[tuple[int, str], int]) -> datetime | None:
+    """When a budget next reaches 80% or 100% at the rate its share holds GPUs after this pass (`usage`): the
+    beat runs a pass then, to record the event (a spent budget's reset is the engine's `next_pass_due`)."""
+    held = held_after(snap, usage)
+    moments = []
+    for share_id, budget in book.budgets.items():
+        if budget.spent:
+            continue
+        column = 1 if budget.scope == et.BudgetScope.BORROWED else 0
+        rate = sum(values[column] * book.gpus.get(name, 0) for name, values in held.get(share_id, {}).items())
+        if not rate:
+            continue
+        for threshold in (budget.gpu_hours * WARNING_FRACTION, budget.gpu_hours):
+            if budget.used_gpu_hours < threshold:
+                hours = (threshold - budget.used_gpu_hours) / rate
+                moment = book.now + timedelta(seconds=float(hours) * 3600 + 1)
+                if moment < budget.resets_at:
+                    moments.append(moment)
+                break
+    return min(moments, default=None)
 
 
 def budget_event(kind: str, job_queue_id: int, row: dict, budget: et.Budget, now: datetime) -> dict:

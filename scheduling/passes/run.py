@@ -21,7 +21,7 @@ from engine import types as et
 from engine.collector import collector_paused
 from engine.due import next_pass_due
 from scheduling.models import JobQueue, SchedulingPass
-from scheduling.passes.budgets import budgets_apply, budgets_read, budgets_write
+from scheduling.passes.budgets import budgets_apply, budgets_due, budgets_read, budgets_write
 from scheduling.passes.due import pass_due_forget, pass_due_record
 from scheduling.passes.histogram import pass_histogram_observe
 from scheduling.passes.snapshot import JOB_COLUMNS, snapshot_load
@@ -102,7 +102,8 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     )
     if admitted or decisions.preemptions or decisions.drains:
         work_changed(environment=job_queue.service_environment)
-    budgets_write(job_queue_id=job_queue.pk, book=book, snap=snap, usage=usage_after(snap, decisions))
+    usage = usage_after(snap, decisions)
+    budgets_write(job_queue_id=job_queue.pk, book=book, snap=snap, usage=usage)
     decisions_log(job_queue=job_queue, decisions=decisions, index=index)
     usage_sample(
         job_queue=job_queue,
@@ -139,7 +140,11 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         engine_ms=engine_ms,
         record=record,
         decisions=decisions,
-        due=_earliest(next_pass_due(snap, decisions), _lease_expiry(index)),
+        due=_earliest(
+            next_pass_due(snap, decisions),
+            _lease_expiry(index),
+            budgets_due(book=book, snap=snap, usage=usage),
+        ),
     )
 
 

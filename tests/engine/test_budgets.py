@@ -237,3 +237,12 @@ def test_a_stretch_of_time_is_cut_at_period_ends():
         (start, datetime(2027, 1, 1, tzinfo=UTC)),
         (datetime(2027, 1, 1, tzinfo=UTC), end),
     ]
+
+
+def test_a_spent_budgets_reset_is_when_the_queue_next_needs_a_pass():
+    from engine.due import next_pass_due
+
+    nlp = share(1, "nlp", RESERVE, limits={P5: 8}, budget=budget(10, 12))
+    snap = snapshot({P5: 8}, [nlp], [runnable(1, nlp, entry(P5, 1))])
+
+    assert next_pass_due(snap, schedule(snap)) == JUNE_END

@@ -11,9 +11,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from engine import schedule as engine_schedule
 from scheduling.models import Event, EventKind, Job, JobStatus, QuotaShare, ShareConsumption
 from scheduling.passes import run as passes
-from scheduling.passes.budgets import budgets_read
+from scheduling.passes.budgets import budgets_apply, budgets_read
+from scheduling.passes.snapshot import snapshot_load
 from tests.factories import JobQueueFactory, environment_with, job_in, plan_for, share_with
 
 pytestmark = pytest.mark.django_db
@@ -178,3 +180,17 @@ def test_a_queue_that_holds_nothing_writes_no_meter(queue, clock, django_assert_
     with CaptureQueriesContext(connection) as captured:
         run_pass(queue)
     assert not [q for q in captured if "meter" in q["sql"].lower() and "insert" in q["sql"].lower()]
+
+
+def test_the_queue_is_due_for_a_pass_when_a_budget_will_reach_80_and_100_percent(queue, clock):
+    from scheduling.passes.budgets import budgets_due
+    from scheduling.passes.write import usage_after
+
+    share_with(queue, "nlp", {P5: 8}, budget_gpu_hours=Decimal(100))
+    job_in(queue.quota_shares.get(), [(P5, 1)])
+    run_pass(queue)  # 8 GPUs from now: 80 GPU-hours in 10 hours, 100 in 12.5
+    clock[0] += timedelta(hours=1)
+    book = budgets_read(job_queue_id=queue.pk, now=clock[0])
+    snap = budgets_apply(snapshot_load(job_queue=queue, now=clock[0])[0], book)
+    usage = usage_after(snap, engine_schedule(snap))
+    assert budgets_due(book=book, snap=snap, usage=usage) == clock[0] + timedelta(hours=9, seconds=1)
