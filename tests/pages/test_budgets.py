@@ -116,3 +116,18 @@ def test_budget_events_read_in_the_event_log(world, client_for):
     html = client_for(world.ana).get(reverse("event_log") + "?kind=BUDGET_EXHAUSTED").content.decode()
     assert "share nlp has spent its budget of 40 GPU-hours for December (41)" in html
     assert "budget spent" in html
+
+
+def test_the_overview_reads_every_budget_in_three_more_queries(
+    world, client_for, django_assert_max_num_queries
+):
+    QuotaShare.objects.filter(job_queue=world.queue).update(budget_gpu_hours=1000)
+    for share in (world.nlp, world.vision, world.speech):
+        spend(share, P4, 10)
+        job_in(share, [(P4, 1)], name=f"{share.name}-job")
+    world.run_pass()
+    client = client_for(world.ana)
+    # as without budgets (18), and the budgets' meters, instance types and consumption rows
+    with django_assert_max_num_queries(21):
+        page = client.get("/").content.decode()
+    assert page.count("data-budget") == 3
