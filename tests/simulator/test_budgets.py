@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from engine import Budget, BudgetPeriod, BudgetScope, Strategy, synthetic
+from engine import Budget, BudgetPeriod, BudgetScope, Ordering, Strategy, synthetic
 from simulator import Kind, philly, simulate
 from simulator.config import BudgetConfig, ConfigurationError, configuration_from_mapping
 from simulator.estimate import Expectations, Runtime, estimate
@@ -81,7 +81,8 @@ def test_a_budget_is_read_from_a_configuration_file_mapping_and_refused_by_name_
         configuration_from_mapping(data, default_name="x", bases={}, where="file")
 
 
-def test_a_philly_replay_with_budgets_decides_every_pass_as_the_whole_queue_would(philly_day):
+@pytest.mark.parametrize("ordering", [Ordering.BEST_EFFORT_FIFO, Ordering.STRICT_FIFO])
+def test_a_philly_replay_with_budgets_decides_every_pass_as_the_whole_queue_would(philly_day, ordering):
     rows, vcs, mix = philly_day
     base = philly.philly_configuration(
         name="budgets", vcs=vcs, mix=mix, capacity_scale=0.1, strategy=Strategy.LEND_AND_BORROW
@@ -97,6 +98,7 @@ def test_a_philly_replay_with_budgets_decides_every_pass_as_the_whole_queue_woul
         )
         for i, s in enumerate(base.shares)
     )
+    base = replace(base, ordering=ordering)
     budgeted = replace(base, shares=shares)
     start = rows[0].submitted_at
     jobs = [j for j in philly.philly_jobs(rows, budgeted, seed=2) if j.submitted_at < start + 4 * HOUR]
