@@ -49,6 +49,7 @@ from .types import (
     PassStats,
     Pending,
     PreemptionKind,
+    Share,
     Snapshot,
 )
 
@@ -90,7 +91,7 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
     return run.decisions
 
 
-def starts_jobs(share) -> bool:
+def starts_jobs(share: Share) -> bool:
     """A share places jobs while enabled and not held back by a spent budget of scope ALL (SPEC 2.1)."""
     return share.enabled and not stops_all_starts(share.budget)
 
@@ -324,13 +325,14 @@ class PassRun:
         victims = {p.job_id: p for p in self.decisions.preemptions if not p.fails and not p.graceful}
         held_behind = self.held_behind
         pending = self.decisions.pending
-        spent: dict[int, str] = {}
         joining = share_queues([job for job in state.jobs if job.id in victims] + unordered)
         for share_id in sorted(set(left) | set(joining)):
             share_queue = left.get(share_id, [])
             if share_id in joining:
                 share_queue = sorted(share_queue + joining[share_id], key=queue_key)
             share = state.shares[share_id]
+            # One text for every job of a share whose budget is spent: it may hold thousands.
+            spent = budget_spent_reason(share) if stops_all_starts(share.budget) else None
             for position, job in enumerate(share_queue, start=1):
                 if job.id in victims:
                     reason = preempted_reason(state, job, victims[job.id])
@@ -340,9 +342,8 @@ class PassRun:
                     reason = queue_disabled_reason()
                 elif not share.enabled:
                     reason = share_disabled_reason(share.name)
-                elif stops_all_starts(share.budget):
-                    # One text for every job of the share: a spent share may hold thousands.
-                    reason = spent.get(share_id) or spent.setdefault(share_id, budget_spent_reason(share))
+                elif spent is not None:
+                    reason = spent
                 elif job.id in held_behind:
                     reason = held_by_strict_fifo_reason(state, job, held_behind[job.id])
                 else:
