@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.db import models
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -18,9 +20,12 @@ from rest_framework.validators import UniqueValidator
 
 from scheduling import rules
 from scheduling.models import (
+    MAX_BUDGET_GPU_HOURS,
     MAX_PREFERENCES,
     MAX_STORED_INT,
     MIN_STORED_INT,
+    BudgetPeriod,
+    BudgetScope,
     Event,
     IdleCapacityAssignment,
     InstanceType,
@@ -35,6 +40,7 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.selectors.budgets import share_budgets
 from scheduling.selectors.events import event_text
 from scheduling.services import executor as executor_services
 from scheduling.services import jobs as job_services
@@ -259,12 +265,53 @@ class JobQueueSerializer(StrictModelSerializer):
         ]
 
 
+class BudgetSerializer(StrictSerializer):
+    gpu_hours = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=3,
+        min_value=Decimal("0.001"),
+        max_value=MAX_BUDGET_GPU_HOURS,
+        help_text="GPU-hours the share may spend on on-demand capacity per period (> 0)",
+    )
+    period = serializers.ChoiceField(
+        choices=BudgetPeriod.choices,
+        default=BudgetPeriod.MONTH,
+        help_text="calendar period in UTC: DAY, WEEK (from Monday) or MONTH (default)",
+    )
+    scope = serializers.ChoiceField(
+        choices=BudgetScope.choices,
+        default=BudgetScope.ALL,
+        help_text="ALL (default): once spent, the share starts no new job; BORROWED: only what it holds "
+        "above its limit counts, and once spent it borrows no more",
+    )
+
+
+class QuotaShareListSerializer(serializers.ListSerializer):
+    """Reads every listed share's budget at once (3 queries), not one share at a time."""
+
+    def to_representation(self, data):
+        shares = list(data.all() if isinstance(data, models.manager.BaseManager) else data)
+        self.child.context["budgets"] = share_budgets(shares=shares, now=timezone.now())
+        return super().to_representation(shares)
+
+
 class QuotaShareSerializer(StrictModelSerializer):
     job_queue = NameField("job queue", queryset=JobQueue.objects.all())
     team = NameField("team", slug_field="slug", queryset=Team.objects.all())
     capacity_limits = ShareCapacityLimitSerializer(
         many=True,
         help_text="1 to 5 limits, one per instance type, max_capacity >= 1, optional lending_limit; written whole",
+    )
+    budget = BudgetSerializer(
+        required=False,
+        allow_null=True,
+        help_text="GPU-hour budget per calendar period; null or absent: none. A PATCH changes the keys given",
+    )
+    budget_used_gpu_hours = serializers.SerializerMethodField(
+        help_text="GPU-hours counted against the budget in the current period (null without a budget)"
+    )
+    budget_resets_at = serializers.SerializerMethodField(
+        help_text="when the current budget period ends (null without a budget)"
     )
 
     class Meta:
@@ -280,9 +327,46 @@ class QuotaShareSerializer(StrictModelSerializer):
             "in_share_preemption",
             "fair_share_weight",
             "state",
+            "budget",
+            "budget_used_gpu_hours",
+            "budget_resets_at",
         ]
         # Name uniqueness in the queue is one of rules.validate_quota_share's checks, not a second validator.
         validators = []
+        list_serializer_class = QuotaShareListSerializer
+
+    def _reading(self, share: QuotaShare):
+        budgets = self.context.get("budgets")
+        if budgets is None:
+            budgets = self.context["budgets"] = share_budgets(shares=[share], now=timezone.now())
+        return budgets.get(share.pk)
+
+    @extend_schema_field(OpenApiTypes.DECIMAL)
+    def get_budget_used_gpu_hours(self, share: QuotaShare) -> str | None:
+        found = self._reading(share)
+        return None if found is None else str(found.used_gpu_hours.quantize(Decimal("0.001")))
+
+    @extend_schema_field(OpenApiTypes.DATETIME)
+    def get_budget_resets_at(self, share: QuotaShare):
+        found = self._reading(share)
+        return None if found is None else serializers.DateTimeField().to_representation(found.resets_at)
+
+    def validate(self, attrs):
+        """The `budget` object onto the share's budget fields: null removes the budget, an object sets the
+        keys it gives (a share without a budget needs gpu_hours)."""
+        if "budget" not in attrs:
+            return attrs
+        budget = attrs.pop("budget")
+        if budget is None:
+            attrs["budget_gpu_hours"] = None
+            return attrs
+        has_budget = self.instance is not None and self.instance.budget_gpu_hours is not None
+        if "gpu_hours" not in budget and not has_budget:
+            raise serializers.ValidationError({"budget": {"gpu_hours": ["This field is required."]}})
+        for key in ("gpu_hours", "period", "scope"):
+            if key in budget:
+                attrs[f"budget_{key}"] = budget[key]
+        return attrs
 
 
 class TrainingPlanSerializer(StrictModelSerializer):

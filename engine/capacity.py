@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from .budgets import stops_borrowing
 from .ceilings import reserved_capacity, share_ceiling
 from .types import PLACED_STATUSES, Job, JobStatus, Placement, Plan, Share, Snapshot
 
@@ -55,6 +56,8 @@ class Holding:
         self.limit = share.limits.get(instance_type, 0)
         self.reserved = reserved_capacity(share.strategy, self.limit, share.lending_limits.get(instance_type))
         self.ceiling = share_ceiling(share.strategy, self.limit, share.borrow_limit)
+        if stops_borrowing(share.budget):  # a spent BORROWED budget: no placement goes above the limit
+            self.ceiling = self.limit
         self.usage = 0
         self.victims: list[Job] = []
         self.victim_usage = 0

@@ -1,8 +1,8 @@
 """When a queue next needs a pass although nothing in it changes: the beat runs none before then.
 
 A pass over an unchanged queue decides again what it decided, except when time alone changes the answer: a
-training plan starts, enters its drain window or ends, a waiting job passes its max_pending_seconds, or a
-stopping job reaches its deadline. A pass
+training plan starts, enters its drain window or ends, a waiting job passes its max_pending_seconds, a
+stopping job reaches its deadline, or a spent GPU-hour budget resets. A pass
 that stopped jobs (preemption, drain) released capacity that jobs ahead in the order may now fit in, so the
 next pass is due at once, to confirm the queue settled.
 """
@@ -27,6 +27,7 @@ def next_pass_due(snapshot: Snapshot, decisions: Decisions) -> datetime | None:
     moments = [moment for moment in _plan_boundaries(snapshot) if moment > now]
     moments += _pending_timeouts(snapshot, decisions)
     moments += _stop_deadlines(snapshot)
+    moments += [share.budget.resets_at for share in snapshot.shares if share.budget and share.budget.spent]
     return min(moments, default=None)
 
 

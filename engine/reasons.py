@@ -4,6 +4,7 @@ at the end of the pass, in words a person can act on.
 
 from __future__ import annotations
 
+from .budgets import budget_spent_words, stops_borrowing
 from .capacity import Holding, TypeLedger, WorkingState
 from .fit import (
     fits_now,
@@ -24,7 +25,7 @@ from .preemption import (
     protections_lifted,
     select_victims,
 )
-from .types import Entry, Job, Preemption, PreemptionKind, Strategy
+from .types import Entry, Job, Preemption, PreemptionKind, Share, Strategy
 
 PREEMPTION_NEXT_PASS = "preemption can make room from the next pass"
 WAITS_FOR_FREEING = "waits for instances being freed"
@@ -37,6 +38,11 @@ def queue_disabled_reason() -> str:
 
 def share_disabled_reason(share_name: str) -> str:
     return f"share {share_name} is disabled: its RUNNABLE jobs are not placed until it is enabled"
+
+
+def budget_spent_reason(share: Share) -> str:
+    """SPEC 2.1: a share whose ALL budget is spent starts no new job until the period ends."""
+    return f"share {share.name}: {budget_spent_words(share.budget)}"
 
 
 def held_by_strict_fifo_reason(state: WorkingState, job: Job, blocking_job_id: int) -> str:
@@ -283,6 +289,11 @@ def share_rule_reason(holding: Holding, usage_after: int) -> str:
             f"share {share.name} has {limit - usage} left of its limit ({usage}/{limit}) "
             f"and {strategy} cannot borrow"
         )
+    if stops_borrowing(share.budget):
+        head = f"share {share.name} at its limit {usage}/{limit}"
+        if usage < limit:
+            head = f"share {share.name} has {limit - usage} left of its limit ({usage}/{limit})"
+        return f"{head} and borrows no more: {budget_spent_words(share.budget)}"
     most = holding.ceiling - limit
     reason = f"borrow limit reached ({holding.borrowed} borrowed of at most {most}"
     if holding.borrowed < most:

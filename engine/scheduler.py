@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import messages
+from .budgets import stops_all_starts
 from .capacity import WorkingState
 from .fit import (
     Fit,
@@ -33,6 +34,7 @@ from .order import HeadOrder, fair_share_of, queue_key, share_queues
 from .preemption import first_fit_with_preemption, preempt, preemption_kind
 from .reasons import (
     PendingReasons,
+    budget_spent_reason,
     held_by_strict_fifo_reason,
     nominated_reason,
     preempted_reason,
@@ -50,6 +52,7 @@ from .types import (
     PassStats,
     Pending,
     PreemptionKind,
+    Share,
     Snapshot,
 )
 
@@ -73,8 +76,10 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
     left: dict[int, list[Job]] = {}
     unordered = runnable
     if snapshot.queue_enabled:
-        unordered = [job for job in runnable if not state.shares[job.share_id].enabled]
-        schedulable = [job for job in runnable if state.shares[job.share_id].enabled]
+        # A disabled share, or one whose ALL budget is spent, starts nothing: its jobs are only explained.
+        starting = {share.id for share in state.shares.values() if starts_jobs(share)}
+        unordered = [job for job in runnable if job.share_id not in starting]
+        schedulable = [job for job in runnable if job.share_id in starting]
         placed_first = run.place_nominated_first([job for job in schedulable if job.nomination is not None])
         schedulable = [job for job in schedulable if job.id not in placed_first]
         left = run.place_in_order(share_queues(schedulable), allow_preemption=True)
@@ -87,6 +92,11 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
         run.explain_pending(unordered, left)
     run.decisions.stats = pass_stats(run.decisions, run.considered)
     return run.decisions
+
+
+def starts_jobs(share: Share) -> bool:
+    """A share places jobs while enabled and not held back by a spent budget of scope ALL (SPEC 2.1)."""
+    return share.enabled and not stops_all_starts(share.budget)
 
 
 def nomination_still_valid(state: WorkingState, job: Job) -> bool:
@@ -382,6 +392,8 @@ class PassRun:
             if share_id in joining:
                 share_queue = sorted(share_queue + joining[share_id], key=queue_key)
             share = state.shares[share_id]
+            # One text for every job of a share whose budget is spent: it may hold thousands.
+            spent = budget_spent_reason(share) if stops_all_starts(share.budget) else None
             for position, job in enumerate(share_queue, start=1):
                 if job.id in victims:
                     reason = preempted_reason(state, job, victims[job.id])
@@ -391,6 +403,8 @@ class PassRun:
                     reason = queue_disabled_reason()
                 elif not share.enabled:
                     reason = share_disabled_reason(share.name)
+                elif spent is not None:
+                    reason = spent
                 elif job.id in held_behind:
                     reason = held_by_strict_fifo_reason(state, job, held_behind[job.id])
                 else:

@@ -51,12 +51,43 @@ class PreemptionKind(enum.StrEnum):
 UNLIMITED = -1
 
 
+class BudgetPeriod(enum.StrEnum):
+    DAY = "DAY"
+    WEEK = "WEEK"
+    MONTH = "MONTH"
+
+
+class BudgetScope(enum.StrEnum):
+    ALL = "ALL"
+    BORROWED = "BORROWED"
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A share's GPU-hour budget as it stands in the current period (SPEC 2.1, `budgets`).
+
+    `used_gpu_hours` is what the share has spent in the period so far (scope BORROWED: on borrowing only);
+    `resets_at` is the end of the period.
+    """
+
+    gpu_hours: Decimal
+    period: BudgetPeriod
+    scope: BudgetScope
+    used_gpu_hours: Decimal
+    resets_at: datetime
+
+    @property
+    def spent(self) -> bool:
+        return self.used_gpu_hours >= self.gpu_hours
+
+
 @dataclass(frozen=True, slots=True)
 class Share:
     """A quota share. `limits` maps instance type name -> max_capacity (a type not listed has limit 0).
 
     `lending_limits` maps a type to the most of its limit a LEND or LEND_AND_BORROW share lends (a type not
-    listed: all of it); `fair_share_weight` divides its dominant borrowed share under FAIR_SHARE.
+    listed: all of it); `fair_share_weight` divides its dominant borrowed share under FAIR_SHARE; `budget` is
+    its GPU-hour budget in the current period (None: no budget).
     """
 
     id: int
@@ -68,6 +99,7 @@ class Share:
     enabled: bool = True
     lending_limits: dict[str, int] = field(default_factory=dict)
     fair_share_weight: Decimal = Decimal(1)
+    budget: Budget | None = None
 
 
 @dataclass(frozen=True, slots=True)

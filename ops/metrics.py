@@ -26,8 +26,10 @@ from scheduling.models import (
     JobQueue,
     JobTask,
     PassHistogramBucket,
+    QuotaShare,
     ShareCapacityLimit,
 )
+from scheduling.selectors.budgets import share_budgets
 from scheduling.selectors.usage import queue_usage
 
 CLAIM_TO_RUNNING_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800)
@@ -84,6 +86,7 @@ class QuotaportalCollector(Collector):
                 )
         yield from (usage, limit, borrowed, lent, pending, capacity, plan_use)
         yield self._lending_limits()
+        yield from self._budgets()
         yield self._protected_jobs(queues)
         yield self._preemptions()
         yield from self._pass_durations()
@@ -115,6 +118,30 @@ class QuotaportalCollector(Collector):
         for queue, share, instance_type, lending_limit in rows:
             gauge.add_metric([queue, share, instance_type], lending_limit)
         return gauge
+
+    def _budgets(self) -> Iterator[GaugeMetricFamily]:
+        """Each budgeted share's budget and what it has spent of it in the current period (4 queries)."""
+        labels = ["queue", "share", "period", "scope"]
+        budget = GaugeMetricFamily(
+            "quotaportal_share_budget_gpu_hours", "A share's GPU-hour budget per period", labels=labels
+        )
+        spent = GaugeMetricFamily(
+            "quotaportal_share_budget_spent_gpu_hours",
+            "GPU-hours a share has spent of its budget in the current period",
+            labels=labels,
+        )
+        shares = list(
+            QuotaShare.objects.filter(budget_gpu_hours__isnull=False)
+            .select_related("job_queue")
+            .order_by("job_queue__name", "name")
+        )
+        readings = share_budgets(shares=shares, now=timezone.now())
+        for share in shares:
+            reading = readings[share.pk]
+            values = [share.job_queue.name, share.name, share.budget_period, share.budget_scope]
+            budget.add_metric(values, float(reading.gpu_hours))
+            spent.add_metric(values, float(reading.used_gpu_hours))
+        yield from (budget, spent)
 
     def _protected_jobs(self, queues: list[JobQueue]) -> GaugeMetricFamily:
         gauge = GaugeMetricFamily(

@@ -10,6 +10,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 
 from scheduling import rules
 from scheduling.errors import DomainError
@@ -32,6 +33,7 @@ from scheduling.models import (
     Team,
     TrainingPlan,
 )
+from scheduling.selectors.budgets import share_budgets
 from scheduling.services import configuration as config_services
 from scheduling.services import jobs as job_services
 
@@ -316,6 +318,9 @@ class QuotaShareAdmin(ServiceAdmin):
         "in_share_preemption",
         "fair_share_weight",
         "state",
+        "budget_gpu_hours",
+        "budget_period",
+        "budget_scope",
     )
     list_filter = ("job_queue", "strategy", "state")
 
@@ -331,7 +336,14 @@ class QuotaShareAdmin(ServiceAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # A share stays in its queue (`quota_share_update` refuses a move).
-        return ("job_queue",) if obj is not None else ()
+        return ("job_queue", "budget_spent") if obj is not None else ()
+
+    @admin.display(description="Budget this period")
+    def budget_spent(self, obj) -> str:
+        found = share_budgets(shares=[obj], now=timezone.now()).get(obj.pk)
+        if found is None:
+            return "no budget"
+        return f"{found.spent_words()}; {found.projection_words()}"
 
     def service_create(self, request, form, formsets) -> models.Model:
         return config_services.quota_share_create(

@@ -221,7 +221,13 @@ class IdleCapacityAssignment(models.TextChoices):
 
 
 # Settings a form may leave out: left blank, they keep the model's default (or the value already saved).
-OPTIONAL_SETTINGS = ("idle_capacity_assignment", "preemption_min_runtime_seconds", "fair_share_weight")
+OPTIONAL_SETTINGS = (
+    "idle_capacity_assignment",
+    "preemption_min_runtime_seconds",
+    "fair_share_weight",
+    "budget_period",
+    "budget_scope",
+)
 
 IDLE_CAPACITY_ASSIGNMENT_HELP = (
     "Who gets idle capacity among borrowers: FIFO = earliest submission (AWS); "
@@ -277,6 +283,25 @@ class JobQueue(models.Model):
         return self.state == State.ENABLED and self.service_environment.state == State.ENABLED
 
 
+class BudgetPeriod(models.TextChoices):
+    DAY = "DAY", "DAY"
+    WEEK = "WEEK", "WEEK"
+    MONTH = "MONTH", "MONTH"
+
+
+class BudgetScope(models.TextChoices):
+    ALL = "ALL", "ALL"
+    BORROWED = "BORROWED", "BORROWED"
+
+
+BUDGET_HELP = (
+    "GPU-hours the share may spend on on-demand capacity per calendar period (UTC; weeks start on Monday); "
+    "once spent, it starts no new job (scope ALL) or borrows no more (scope BORROWED) until the period ends. "
+    "Empty: no budget."
+)
+MAX_BUDGET_GPU_HOURS = Decimal("999999999.999")
+
+
 class QuotaShare(models.Model):
     class Strategy(models.TextChoices):
         RESERVE = "RESERVE", "RESERVE"
@@ -301,6 +326,16 @@ class QuotaShare(models.Model):
         help_text=FAIR_SHARE_WEIGHT_HELP,
     )
     state = models.CharField(max_length=16, choices=State.choices, default=State.ENABLED)
+    budget_gpu_hours = models.DecimalField(
+        max_digits=12,
+        decimal_places=3,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0.001")), MaxValueValidator(MAX_BUDGET_GPU_HOURS)],
+        help_text=BUDGET_HELP,
+    )
+    budget_period = models.CharField(max_length=8, choices=BudgetPeriod.choices, default=BudgetPeriod.MONTH)
+    budget_scope = models.CharField(max_length=8, choices=BudgetScope.choices, default=BudgetScope.ALL)
 
     class Meta:
         ordering = ["job_queue__name", "name"]
@@ -312,6 +347,10 @@ class QuotaShare(models.Model):
                 name="quota_share_borrow_limit_only_when_borrowing",
             ),
             models.CheckConstraint(condition=Q(fair_share_weight__gt=0), name="quota_share_weight_positive"),
+            models.CheckConstraint(
+                condition=Q(budget_gpu_hours__isnull=True) | Q(budget_gpu_hours__gt=0),
+                name="quota_share_budget_positive",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -320,6 +359,13 @@ class QuotaShare(models.Model):
     @property
     def enabled(self) -> bool:
         return self.state == State.ENABLED
+
+    @property
+    def budget(self) -> dict | None:
+        """The budget as the API spells it (None: no budget)."""
+        if self.budget_gpu_hours is None:
+            return None
+        return {"gpu_hours": self.budget_gpu_hours, "period": self.budget_period, "scope": self.budget_scope}
 
 
 class ShareCapacityLimit(models.Model):
@@ -644,6 +690,51 @@ class JobPreference(models.Model):
         return f"{self.instance_type} x{self.instance_count}{plan}"
 
 
+class ShareMeter(models.Model):
+    """Where a share's GPU-hour consumption was last brought up to date, and at what rate it runs since.
+
+    Each pass adds `held` (per type: on-demand instances held, and those above the share's limit, once the
+    pass's decisions are applied) times the time since `metered_until` to `ShareConsumption`, then sets
+    both anew: consumption is kept as jobs hold instances, never worked out from the job history.
+    `warned_period` / `exhausted_period`: the start of the budget period for which BUDGET_WARNING /
+    BUDGET_EXHAUSTED were recorded (once a period each).
+    """
+
+    quota_share = models.OneToOneField(
+        QuotaShare, on_delete=models.CASCADE, primary_key=True, related_name="meter"
+    )
+    metered_until = models.DateTimeField()
+    # type name -> [instances held, instances above the limit]
+    held = models.JSONField(default=dict, blank=True)
+    warned_period = models.DateTimeField(null=True, blank=True)
+    exhausted_period = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"meter of share {self.quota_share_id} until {self.metered_until:%Y-%m-%d %H:%M:%S}"
+
+
+class ShareConsumption(models.Model):
+    """GPU-hours a share's jobs held on on-demand capacity of one type on one UTC day (training plans not
+    counted), and the part of it above the share's limit."""
+
+    quota_share = models.ForeignKey(QuotaShare, on_delete=models.CASCADE, related_name="consumption")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
+    day = models.DateField()
+    gpu_hours = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
+    borrowed_gpu_hours = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
+
+    class Meta:
+        ordering = ["quota_share_id", "day", "instance_type_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["quota_share", "day", "instance_type"], name="share_consumption_unique_day_type"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"share {self.quota_share_id} {self.day}: {self.gpu_hours} GPU-hours"
+
+
 class JobAttempt(models.Model):
     """One placement of a job, from SCHEDULED until it stopped (finished, preempted, drained or cancelled)."""
 
@@ -759,6 +850,8 @@ class EventKind(models.TextChoices):
     ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT", "attempt timed out"
     START_TIMEOUT = "START_TIMEOUT", "not started in time"
     TASK_LOST = "TASK_LOST", "task lost by its executor"
+    BUDGET_WARNING = "BUDGET_WARNING", "budget 80% spent"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED", "budget spent"
 
 
 PREEMPTION_KINDS = (

@@ -18,7 +18,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from engine import UNLIMITED, Entry, IdleCapacityAssignment, Ordering, Plan, Strategy
+from engine import (
+    UNLIMITED,
+    BudgetPeriod,
+    BudgetScope,
+    Entry,
+    IdleCapacityAssignment,
+    Ordering,
+    Plan,
+    Strategy,
+)
 from engine.ceilings import lendable_beside, most_ever_held, reserved_capacity
 from engine.invariants import limits_fit_capacity
 from engine.submission import (
@@ -53,6 +62,17 @@ class ConfigurationError(ValueError):
 
 
 @dataclass(frozen=True)
+class BudgetConfig:
+    """A share's GPU-hour budget per UTC calendar period (`engine.budgets`); `spent_at_start`: GPU-hours
+    already counted in the period the replay starts in (a live queue's, for its estimates and what-ifs)."""
+
+    gpu_hours: Decimal
+    period: BudgetPeriod = BudgetPeriod.MONTH
+    scope: BudgetScope = BudgetScope.ALL
+    spent_at_start: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True)
 class ShareConfig:
     name: str
     strategy: Strategy
@@ -62,6 +82,7 @@ class ShareConfig:
     enabled: bool = True
     lending_limits: Mapping[str, int] = field(default_factory=dict)  # type absent: lends all of it
     fair_share_weight: Decimal = Decimal(1)
+    budget: BudgetConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +189,11 @@ def validate(config: Configuration) -> Configuration:
                 )
         if not share.fair_share_weight > 0:
             problems.append(f"{where}: fair_share_weight must be above 0")
+        if share.budget is not None:
+            if not share.budget.gpu_hours > 0:
+                problems.append(f"{where}: budget.gpu_hours must be above 0")
+            if share.budget.spent_at_start < 0:
+                problems.append(f"{where}: budget.spent_at_start cannot be negative")
     if config.preemption_min_runtime_seconds < 0:
         problems.append("preemption_min_runtime_seconds cannot be negative")
     for type_, capacity in sorted(config.capacity.items()):
@@ -406,6 +432,7 @@ def _share(
         "enabled",
         "lending_limits",
         "fair_share_weight",
+        "budget",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -426,7 +453,32 @@ def _share(
             str(k): int(v) for k, v in (merged.get("lending_limits") or base.lending_limits).items()
         },
         fair_share_weight=_weight(merged.get("fair_share_weight", base.fair_share_weight)),
+        budget=_budget(merged["budget"], f"{where}.budget") if "budget" in merged else base.budget,
     )
+
+
+def _budget(data: Any, where: str) -> BudgetConfig | None:
+    """`budget: {gpu_hours: 5000, period: MONTH, scope: ALL}`; null: none."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or "gpu_hours" not in data:
+        raise ConfigurationError(f"{where}: a budget is a mapping with gpu_hours (and period, scope)")
+    unknown = sorted(set(data) - {"gpu_hours", "period", "scope", "spent_at_start"})
+    if unknown:
+        raise ConfigurationError(f"{where}: unknown key {', '.join(unknown)}")
+    try:
+        gpu_hours = Decimal(str(data["gpu_hours"]))
+        spent = Decimal(str(data.get("spent_at_start", 0)))
+    except InvalidOperation:
+        raise ConfigurationError(f"{where}: gpu_hours {data['gpu_hours']!r} is not a number") from None
+    try:
+        period = BudgetPeriod(str(data.get("period", BudgetPeriod.MONTH)))
+        scope = BudgetScope(str(data.get("scope", BudgetScope.ALL)))
+    except ValueError as error:
+        raise ConfigurationError(
+            f"{where}: {error} (period: DAY, WEEK, MONTH; scope: ALL, BORROWED)"
+        ) from None
+    return BudgetConfig(gpu_hours=gpu_hours, period=period, scope=scope, spent_at_start=spent)
 
 
 def _plan(data: Mapping[str, Any], where: str) -> PlanConfig:
@@ -488,6 +540,17 @@ def configuration_summary(config: Configuration) -> dict[str, Any]:
                 "enabled": s.enabled,
                 "lending_limits": dict(sorted(s.lending_limits.items())),
                 "fair_share_weight": str(s.fair_share_weight),
+                **(
+                    {
+                        "budget": {
+                            "gpu_hours": str(s.budget.gpu_hours),
+                            "period": str(s.budget.period),
+                            "scope": str(s.budget.scope),
+                        }
+                    }
+                    if s.budget is not None
+                    else {}
+                ),
             }
             for s in config.shares
         ],

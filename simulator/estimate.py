@@ -24,11 +24,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from statistics import NormalDist
 
-from engine import Decisions, Entry, Job, JobStatus, Snapshot, schedule
+from engine import Budget, BudgetScope, Decisions, Entry, Job, JobStatus, Snapshot, schedule
 from engine.collector import collector_paused
 
 from .config import (
     EPOCH,
+    BudgetConfig,
     Configuration,
     ConfigurationError,
     PlanConfig,
@@ -224,9 +225,33 @@ def estimate(
             )
         passes = typical.passes + pessimistic.passes
         replays = [typical.stats, pessimistic.stats]
+        held_back = _held_back_until(snapshot)
         for job_id in sorted(wanted):
-            estimates[job_id] = _combine(job_id, typical, pessimistic, snapshot.now, horizon_seconds)
+            found = _combine(job_id, typical, pessimistic, snapshot.now, horizon_seconds)
+            reset = held_back.get(job_id)
+            if reset is not None and found.earliest is not None and found.earliest >= reset[1]:
+                around = _clock(found.earliest.timestamp(), snapshot.now.timestamp())
+                found = replace(
+                    found,
+                    basis=f"after the budget of share {reset[0]} resets "
+                    f"({_clock(reset[1].timestamp(), snapshot.now.timestamp())}), around {around}",
+                )
+            estimates[job_id] = found
     return EstimateRun(estimates, wallclock.perf_counter() - started, passes, replays)
+
+
+def _held_back_until(snapshot: Snapshot) -> dict[int, tuple[str, datetime]]:
+    """RUNNABLE jobs of shares whose budget of scope ALL is spent: the share's name and when it resets."""
+    spent = {
+        share.id: (share.name, share.budget.resets_at)
+        for share in snapshot.shares
+        if share.budget is not None and share.budget.scope == BudgetScope.ALL and share.budget.spent
+    }
+    return {
+        job.id: spent[job.share_id]
+        for job in snapshot.jobs
+        if job.status == JobStatus.RUNNABLE and job.share_id in spent
+    }
 
 
 def _never_reasons(snapshot: Snapshot, wanted: set[int]) -> dict[int, str]:
@@ -359,6 +384,7 @@ def _configuration(snapshot: Snapshot) -> Configuration:
                     borrow_limit=share.borrow_limit,
                     in_share_preemption=share.in_share_preemption,
                     enabled=share.enabled,
+                    budget=_budget_config(share.budget),
                 )
                 for share in snapshot.shares
             ),
@@ -377,6 +403,19 @@ def _configuration(snapshot: Snapshot) -> Configuration:
             plan_drain_seconds=snapshot.plan_drain_seconds,
             share_ids={share.name: share.id for share in snapshot.shares},
         )
+    )
+
+
+def _budget_config(budget: Budget | None) -> BudgetConfig | None:
+    """A live share's budget for the forward replay, with what it has spent so far in the period: the replay
+    counts on from there, and a spent budget holds the share back until its reset."""
+    if budget is None:
+        return None
+    return BudgetConfig(
+        gpu_hours=budget.gpu_hours,
+        period=budget.period,
+        scope=budget.scope,
+        spent_at_start=budget.used_gpu_hours,
     )
 
 
@@ -476,6 +515,14 @@ class _ForwardSimulation(Simulation):
             self.meter.change(
                 now, job.share_id, placement.instance_type, placement.training_plan, placement.instance_count
             )
+            if self.budgets is not None:
+                self.budgets.change(
+                    now,
+                    job.share_id,
+                    placement.instance_type,
+                    placement.training_plan,
+                    placement.instance_count,
+                )
             self.placed_type[job.id] = placement.instance_type
             self.completions.append((ends_at, job.id, 1))
         self.completions.sort()

@@ -91,6 +91,13 @@ snapshot as well after every pass and raises on any difference; the tests do tha
    nothing of earmarks), and so does any pass that preempts (its victims may stop gracefully); skipped passes
    (point 4) need an event then too.
 
+7. **Budgets** (`simulator.budgets`) only take room away within a period: a spent budget of scope ALL keeps
+   its share's jobs out of the engine's order (as a disabled share's), one of scope BORROWED lowers the
+   share's ceiling to its limit. Every bound above reads the configured ceilings, which are then upper
+   bounds, so a group judged held, stuck or cut short is so with the budget too, and a pass given more jobs
+   than it needs decides the same. Room comes back only when a spent budget resets, and the replay wakes then
+   (`Simulation.with_budgets`), so no pass that could decide something new is skipped.
+
 What a pass starts from is kept as jobs come and go, not recomputed per pass: the usage of each holding,
 invariant B's sum per type, which shares are over a limit (`PlacedJobs`), and which groups are held at their
 share's ceiling (recomputed for a share only when its usage or its groups change), how many jobs of a group

@@ -51,6 +51,7 @@ from engine import (
 )
 from engine.submission import MAX_PREFERENCES, preference_count_allowed, repeated_entries
 
+from .budgets import BudgetMeter
 from .config import EPOCH, Configuration, entry_problem, to_datetime, validate
 from .invariants import InvariantViolation, PassChecker
 from .meter import Unmetered, UsageMeter
@@ -183,6 +184,7 @@ class Result:
     share_ids: dict[str, int]
     stats: ReplayStats
     unknown_shares: dict[str, int] = field(default_factory=dict)
+    budgets: BudgetMeter | None = None  # the budgeted shares' consumption (None: no share has a budget)
 
     @property
     def jobs(self) -> int:
@@ -227,10 +229,13 @@ class Snapshots:
 
     def of(self, now: float, jobs: Iterable[Job], reduced: ReducedSnapshot | None = None) -> Snapshot:
         sim = self.simulation
+        shares = sim.shares if reduced is None else reduced.shares
+        if sim.budgets is not None and sim.budgeted:
+            shares = sim.with_budgets(shares, now)
         return Snapshot(
             now=to_datetime(now),
             capacity=sim.capacity if reduced is None else reduced.capacity,
-            shares=sim.shares if reduced is None else reduced.shares,
+            shares=shares,
             jobs=tuple(jobs),
             plans=sim.plans,
             ordering=sim.config.ordering,
@@ -272,6 +277,7 @@ class Simulation:
         shortcuts: bool,
         verify_shortcuts: bool,
         metered: bool = True,
+        consumption: bool = False,
     ):
         self.config = validate(configuration)
         self.schedule = schedule_function
@@ -382,6 +388,22 @@ class Simulation:
                 lending_limits={share.id: share.lending_limits for share in self.shares},
             )
         )
+        # GPU-hour budgets (`simulator.budgets`): each pass's shares carry their budget's state. With
+        # `consumption`, every share's GPU-hours per month are kept too, budget or not.
+        budgets = {self.share_ids[s.name]: s.budget for s in configuration.shares if s.budget is not None}
+        self.budgets = (
+            BudgetMeter(
+                budgets=budgets,
+                limits={share.id: share.limits for share in self.shares},
+                gpus={type_: configuration.gpus_of(type_) for type_ in self._all_types()},
+                start=self.start,
+                every_share=consumption,
+            )
+            if budgets or consumption
+            else None
+        )
+        self.budgeted = bool(budgets)
+        self.budget_wakes: set[tuple[int, float]] = set()
         self.checker = (
             PassChecker(
                 configuration.name,
@@ -393,6 +415,23 @@ class Simulation:
             if check
             else None
         )
+
+    def with_budgets(self, shares: tuple[Share, ...], now: float) -> tuple[Share, ...]:
+        """The shares with their budgets' state at `now`. A spent budget's reset wakes the replay: the pass
+        then may place what none could before (`shortcuts`, point 4, skips passes only until an event)."""
+        budgets = self.budgets
+        with_state = []
+        for share in shares:
+            budget = budgets.budget_of(share.id, now)
+            if budget is None:
+                with_state.append(share)
+                continue
+            with_state.append(replace(share, budget=budget))
+            reset = budgets.resets_at(share.id)
+            if budget.spent and (share.id, reset) not in self.budget_wakes:
+                self.budget_wakes.add((share.id, reset))
+                heapq.heappush(self.wakes, (reset, False))
+        return tuple(with_state)
 
     def _all_types(self) -> set[str]:
         types = set(self.capacity)
@@ -456,6 +495,8 @@ class Simulation:
         finish = self.end if self.end is not None else max(last_time, self._last_finish())
         self._events_until(finish)
         self.meter.advance(finish)
+        if self.budgets is not None:
+            self.budgets.advance(finish)
         if self.progress is not None:
             self.progress(1.0)
         stats.passes_on_clock = self.clock.first_index(finish) if self.end is not None else last_index + 1
@@ -471,6 +512,7 @@ class Simulation:
             share_ids=self.share_ids,
             stats=stats,
             unknown_shares=self.unknown_shares,
+            budgets=self.budgets,
         )
 
     def release(self) -> None:
@@ -651,6 +693,8 @@ class Simulation:
         self.placed.remove(job)
         instance_type, count, plan, placed_at = outcome.placement
         self.meter.change(at, job.share_id, instance_type, plan, -count)
+        if self.budgets is not None:
+            self.budgets.change(at, job.share_id, instance_type, plan, -count)
         if self.checker is not None:
             self.checker.release(job.share_id, instance_type, plan, count)
         outcome.placement = None
@@ -884,6 +928,14 @@ class Simulation:
         self.meter.change(
             now, waiting.share_id, admission.instance_type, admission.training_plan, admission.instance_count
         )
+        if self.budgets is not None:
+            self.budgets.change(
+                now,
+                waiting.share_id,
+                admission.instance_type,
+                admission.training_plan,
+                admission.instance_count,
+            )
         if self.checker is not None:
             self.checker.hold(
                 waiting.share_id, admission.instance_type, admission.training_plan, admission.instance_count
@@ -995,6 +1047,7 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     shortcuts: bool = True,
     verify_shortcuts: bool = False,
+    consumption: bool = False,
 ) -> Result:
     """Replay `jobs` against `configuration` and return every decision applied, per-job outcomes and usage.
 
@@ -1003,7 +1056,8 @@ def simulate(
     (usage is measured up to it); without, it runs until nothing is left to happen. `check` verifies SPEC
     section 2 after every pass and raises `InvariantViolation` at the first breach. `shortcuts` (see
     `simulator.shortcuts`) make passes cheaper without changing their decisions;
-    `verify_shortcuts` proves it as it goes by also running every pass on the whole snapshot.
+    `verify_shortcuts` proves it as it goes by also running every pass on the whole snapshot. `consumption`
+    keeps every share's on-demand GPU-hours per month (`Result.budgets`), as budgeted shares' always are.
     """
     return Simulation(
         configuration,
@@ -1018,4 +1072,5 @@ def simulate(
         progress=progress,
         shortcuts=shortcuts,
         verify_shortcuts=verify_shortcuts,
+        consumption=consumption,
     ).run()

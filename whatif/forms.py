@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -12,9 +13,13 @@ from portal.forms.errors import error_dict
 from portal.forms.fields import DateTimeInput, IdChoiceField
 from portal.params import MAX_STORED_INT
 from scheduling.models import (
+    BUDGET_HELP,
     FAIR_SHARE_WEIGHT_HELP,
     IDLE_CAPACITY_ASSIGNMENT_HELP,
+    MAX_BUDGET_GPU_HOURS,
     PREEMPTION_MIN_RUNTIME_HELP,
+    BudgetPeriod,
+    BudgetScope,
     IdleCapacityAssignment,
     InstanceType,
     JobQueue,
@@ -51,7 +56,8 @@ class WhatIfForm(forms.Form):
     """A what-if proposal for one queue: every share's values, prefilled with the live ones, and the window.
 
     Each share has `s<id>-strategy`, `s<id>-borrow_limit`, `s<id>-in_share_preemption`,
-    `s<id>-fair_share_weight` (blank: as it is) and per instance type of the environment one
+    `s<id>-fair_share_weight` (blank: as it is), `s<id>-budget_gpu_hours` (blank: no budget),
+    `s<id>-budget_period`, `s<id>-budget_scope` (blank: as they are) and per instance type of the environment one
     `s<id>-limit_<type id>` (blank: 0, none of that type) and one `s<id>-lending_<type id>` (blank: lends
     all of it). The queue's `idle_capacity_assignment` and `preemption_min_runtime_seconds` are blank: as
     they are.
@@ -118,6 +124,9 @@ class WhatIfForm(forms.Form):
                 "borrow_limit": share.borrow_limit,
                 "in_share_preemption": share.in_share_preemption,
                 "fair_share_weight": share.fair_share_weight,
+                "budget_gpu_hours": share.budget_gpu_hours,
+                "budget_period": share.budget_period,
+                "budget_scope": share.budget_scope,
                 "limits": {
                     limit.instance_type_id: limit.max_capacity for limit in share.capacity_limits.all()
                 },
@@ -153,6 +162,27 @@ class WhatIfForm(forms.Form):
                 initial=values["fair_share_weight"],
                 label="Fair-share weight",
                 help_text=FAIR_SHARE_WEIGHT_HELP,
+            )
+            self.fields[f"{prefix}budget_gpu_hours"] = forms.DecimalField(
+                required=False,
+                min_value=Decimal("0.001"),
+                max_value=MAX_BUDGET_GPU_HOURS,
+                decimal_places=3,
+                initial=values["budget_gpu_hours"],
+                label="Budget (GPU-hours)",
+                help_text=BUDGET_HELP,
+            )
+            self.fields[f"{prefix}budget_period"] = forms.ChoiceField(
+                required=False,
+                choices=BudgetPeriod.choices,
+                initial=values["budget_period"],
+                label="Budget period",
+            )
+            self.fields[f"{prefix}budget_scope"] = forms.ChoiceField(
+                required=False,
+                choices=BudgetScope.choices,
+                initial=values["budget_scope"],
+                label="Budget counts",
             )
             for type_ in instance_types:
                 self.fields[f"{prefix}limit_{type_.pk}"] = forms.IntegerField(
@@ -190,6 +220,11 @@ class WhatIfForm(forms.Form):
                     "borrow_limit": self[f"{prefix}borrow_limit"],
                     "in_share_preemption": self[f"{prefix}in_share_preemption"],
                     "fair_share_weight": self[f"{prefix}fair_share_weight"],
+                    "budget": (
+                        self[f"{prefix}budget_gpu_hours"],
+                        self[f"{prefix}budget_period"],
+                        self[f"{prefix}budget_scope"],
+                    ),
                     "limits": [
                         (self[f"{prefix}limit_{type_.pk}"], self[f"{prefix}lending_{type_.pk}"])
                         for type_ in self.instance_types
@@ -225,6 +260,9 @@ class WhatIfForm(forms.Form):
                         if data.get(f"{prefix}fair_share_weight") is None
                         else data[f"{prefix}fair_share_weight"]
                     ),
+                    budget_gpu_hours=data.get(f"{prefix}budget_gpu_hours"),
+                    budget_period=data.get(f"{prefix}budget_period") or share.budget_period,
+                    budget_scope=data.get(f"{prefix}budget_scope") or share.budget_scope,
                 )
             )
         return proposals

@@ -127,8 +127,8 @@ def _lending_text(limits: dict[str, int]) -> str:
 
 
 def whatif_proposal_rows(*, run: WhatIfRun, teams: dict[str, str]) -> list[ShareProposalRow]:
-    """Per share: its limits, lending limits, strategy, borrow limit, in-share preemption and fair-share
-    weight as they were and as proposed."""
+    """Per share: its limits, lending limits, strategy, borrow limit, in-share preemption, fair-share
+    weight and GPU-hour budget as they were and as proposed."""
     proposed = {item["name"]: item for item in run.proposal}
     rows = []
     for mapping in run.baseline["shares"]:
@@ -159,10 +159,19 @@ def whatif_proposal_rows(*, run: WhatIfRun, teams: dict[str, str]) -> list[Share
                         format(share.fair_share_weight.normalize(), "f"),
                         format(new.fair_share_weight.normalize(), "f"),
                     ),
+                    ProposalField("GPU-hour budget", _budget_text(share), _budget_text(new)),
                 ],
             )
         )
     return rows
+
+
+def _budget_text(share: ShareProposal) -> str:
+    """`5000 a MONTH` / `500 a DAY, borrowed only` / `none`."""
+    if share.budget_gpu_hours is None:
+        return "none"
+    text = f"{format(share.budget_gpu_hours.normalize(), 'f')} a {share.budget_period}"
+    return text + (", borrowed only" if share.budget_scope == "BORROWED" else "")
 
 
 def _protection_text(seconds: int) -> str:

@@ -22,6 +22,8 @@ from quotaportal.celery import task_named
 from scheduling import rules
 from scheduling.errors import Conflict
 from scheduling.models import (
+    BudgetPeriod,
+    BudgetScope,
     Event,
     EventKind,
     IdleCapacityAssignment,
@@ -53,7 +55,15 @@ WHATIF_PASS_INTERVAL_SECONDS = 30.0
 WHATIF_PROGRESS_EVERY_SECONDS = 0.5
 # A RUNNING run whose worker has not reported for this long lost it; a redelivered task may take it over.
 WHATIF_HEARTBEAT_TIMEOUT = timedelta(minutes=5)
-WHATIF_SHARE_FIELDS = ("strategy", "borrow_limit", "in_share_preemption", "fair_share_weight")
+WHATIF_SHARE_FIELDS = (
+    "strategy",
+    "borrow_limit",
+    "in_share_preemption",
+    "fair_share_weight",
+    "budget_gpu_hours",
+    "budget_period",
+    "budget_scope",
+)
 # The queue's own settings a proposal may change (SPEC 3: protection and fair borrowing).
 WHATIF_QUEUE_FIELDS = ("idle_capacity_assignment", "preemption_min_runtime_seconds")
 
@@ -77,10 +87,15 @@ class ShareProposal:
     in_share_preemption: bool = False
     lending_limits: dict[str, int] = field(default_factory=dict)  # type absent: lends all of it
     fair_share_weight: Decimal = Decimal(1)
+    budget_gpu_hours: Decimal | None = None  # None: no budget
+    budget_period: str = BudgetPeriod.MONTH
+    budget_scope: str = BudgetScope.ALL
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ShareProposal:
-        """From a proposal or a baseline's share (a run stored before issue 17 has neither of its keys)."""
+        """From a proposal or a baseline's share (a run stored before issue 17 has neither of its keys, one
+        stored before budgets has no `budget`)."""
+        budget = data.get("budget") or {}
         return cls(
             name=data["name"],
             limits=dict(data["limits"]),
@@ -89,6 +104,9 @@ class ShareProposal:
             in_share_preemption=data["in_share_preemption"],
             lending_limits=dict(data.get("lending_limits") or {}),
             fair_share_weight=_weight(data.get("fair_share_weight", 1)),
+            budget_gpu_hours=_weight(budget["gpu_hours"]) if "gpu_hours" in budget else None,
+            budget_period=budget.get("period", BudgetPeriod.MONTH),
+            budget_scope=budget.get("scope", BudgetScope.ALL),
         )
 
     def as_mapping(self) -> dict[str, Any]:
@@ -101,6 +119,13 @@ class ShareProposal:
             "in_share_preemption": self.in_share_preemption,
             "lending_limits": dict(sorted(self.lending_limits.items())),
             "fair_share_weight": format(self.fair_share_weight.normalize(), "f"),
+            "budget": None
+            if self.budget_gpu_hours is None
+            else {
+                "gpu_hours": format(self.budget_gpu_hours.normalize(), "f"),
+                "period": str(self.budget_period),
+                "scope": str(self.budget_scope),
+            },
         }
 
 
@@ -196,12 +221,16 @@ def _whatif_proposal_errors(
             errors.setdefault(whatif_share_key(share.name, "strategy"), []).append(
                 f"share {share.name}: strategy must be one of {', '.join(QuotaShare.Strategy.values)}"
             )
-        for message in _model_field_errors(
-            QuotaShare, rows[share.name], "fair_share_weight", share.fair_share_weight
+        for name, value in (
+            ("fair_share_weight", share.fair_share_weight),
+            ("budget_gpu_hours", share.budget_gpu_hours),
+            ("budget_period", share.budget_period),
+            ("budget_scope", share.budget_scope),
         ):
-            errors.setdefault(whatif_share_key(share.name, "fair_share_weight"), []).append(
-                f"share {share.name}: {message}"
-            )
+            for message in _model_field_errors(QuotaShare, rows[share.name], name, value):
+                errors.setdefault(whatif_share_key(share.name, name), []).append(
+                    f"share {share.name}: {message}"
+                )
         limits[share.name] = [
             rules.LimitInput(types[t], n, share.lending_limits.get(t))
             for t, n in share.limits.items()

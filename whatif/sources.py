@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from engine import Entry, IdleCapacityAssignment, Ordering, Strategy
+from engine import BudgetPeriod, BudgetScope, Entry, IdleCapacityAssignment, Ordering, Strategy
 from engine.submission import MAX_PREFERENCES
 from scheduling.models import (
     EnvironmentCapacity,
@@ -38,7 +38,7 @@ from scheduling.models import (
 )
 from simulator import Configuration, ConfigurationError, PlanConfig, ShareConfig, SimJob
 from simulator import philly as philly_mapping
-from simulator.config import entry_problem, validate
+from simulator.config import BudgetConfig, entry_problem, validate
 from simulator.trace import TraceRow, read_philly, read_philly_vcs
 
 DEFAULT_TRACE = Path(settings.REPLAY_TRACE)
@@ -105,6 +105,15 @@ def live_configuration(queue: JobQueue) -> Configuration:
                     if limit.lending_limit is not None
                 },
                 fair_share_weight=share.fair_share_weight,
+                budget=(
+                    BudgetConfig(
+                        gpu_hours=share.budget_gpu_hours,
+                        period=BudgetPeriod(share.budget_period),
+                        scope=BudgetScope(share.budget_scope),
+                    )
+                    if share.budget_gpu_hours is not None
+                    else None
+                ),
             )
             for share in shares
         ),
@@ -178,6 +187,12 @@ def _share_mapping(share: ShareConfig) -> dict[str, Any]:
         mapping["lending_limits"] = dict(sorted(share.lending_limits.items()))
     if share.fair_share_weight != 1:
         mapping["fair_share_weight"] = str(share.fair_share_weight)
+    if share.budget is not None:
+        mapping["budget"] = {
+            "gpu_hours": format(share.budget.gpu_hours.normalize(), "f"),
+            "period": str(share.budget.period),
+            "scope": str(share.budget.scope),
+        }
     return mapping
 
 

@@ -106,6 +106,9 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                     "in_share_preemption": share.in_share_preemption,
                     "fair_share_weight": share.fair_share_weight,
                     "state": share.state,
+                    "budget_gpu_hours": share.budget_gpu_hours,
+                    "budget_period": share.budget_period,
+                    "budget_scope": share.budget_scope,
                 }
             )
             limits = list(share.capacity_limits.all())
@@ -127,6 +130,9 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
                     "in_share_preemption",
                     "fair_share_weight",
                     "state",
+                    "budget_gpu_hours",
+                    "budget_period",
+                    "budget_scope",
                 ],
                 field_classes={"job_queue": IdChoiceField, "team": IdChoiceField},
             )
@@ -137,6 +143,16 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
             "borrow_limit"
         ].help_text = (
             "LEND_AND_BORROW only: how much it may borrow, in percent of its limit; blank or -1: unlimited."
+        )
+        self.fields["budget_gpu_hours"].label = "Budget (GPU-hours)"
+        for name in ("budget_period", "budget_scope"):  # blank keeps the saved value (or the default)
+            self.fields[name].required = False
+        self.fields["budget_period"].label = "Budget period"
+        self.fields["budget_period"].help_text = "A UTC calendar day, week (from Monday) or month."
+        self.fields["budget_scope"].label = "Budget counts"
+        self.fields["budget_scope"].help_text = (
+            "ALL: every GPU-hour on on-demand capacity; once spent, the share starts no new job. BORROWED: "
+            "only what it holds above its limit; once spent, it borrows no more. Running jobs are never stopped."
         )
         if share is not None:
             self.fields["job_queue"].disabled = True
@@ -204,6 +220,9 @@ class QuotaShareForm(LimitFieldsMixin, forms.Form):
             "in_share_preemption",
             "fair_share_weight",
             "state",
+            "budget_gpu_hours",
+            "budget_period",
+            "budget_scope",
         ]
         if self.share is None:
             names.append("job_queue")

@@ -18,6 +18,7 @@ from portal.views.common import staff_page
 from scheduling import rules
 from scheduling.models import JobQueue, QuotaShare, ServiceEnvironment, TrainingPlan
 from scheduling.selectors import configuration, shares
+from scheduling.selectors.budgets import share_budgets
 from scheduling.services import configuration as config_services
 
 
@@ -203,6 +204,10 @@ def _share_form_context(form: QuotaShareForm, share: QuotaShare | None, *, live_
     return {
         "form": form,
         "share": share,
+        # The full page only (the live check re-renders the sums alone).
+        "budget": share_budgets(shares=[share], now=timezone.now()).get(share.pk)
+        if share and live_errors is None
+        else None,
         "job_queue": job_queue,
         "sums": sums,
         "live_errors": live_errors or {},

@@ -11,6 +11,7 @@ from portal import charts
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
 from scheduling.models import QuotaShare
 from scheduling.selectors import shares
+from scheduling.selectors.budgets import share_budgets
 
 LIVE_REGION, CHART_REGION = "share-live", "share-chart"
 
@@ -37,6 +38,7 @@ def share_detail(request, share_id: int):
     }
     if target in (None, LIVE_REGION):
         context["detail"] = shares.share_detail(viewer=viewer(request), share=share)
+        context["budget"] = share_budgets(shares=[share], now=now).get(share.pk)
     if target in (None, CHART_REGION):
         context["charts"] = share_charts(share_id=share.pk, window=window, now=now)
     template = "portal/share_detail.html"

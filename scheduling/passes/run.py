@@ -21,13 +21,14 @@ from engine import types as et
 from engine.collector import collector_paused
 from engine.due import next_pass_due
 from scheduling.models import PLACED_STATUSES, JobQueue, SchedulingPass
+from scheduling.passes.budgets import budgets_apply, budgets_due, budgets_read, budgets_write
 from scheduling.passes.due import pass_due_forget, pass_due_record
 from scheduling.passes.histogram import pass_histogram_observe
 from scheduling.passes.snapshot import JOB_COLUMNS, snapshot_load
 from scheduling.passes.starts import gangs_due, start_deadline_next, starts_settle
 from scheduling.passes.stops import stops_settle
 from scheduling.passes.work import work_changed
-from scheduling.passes.write import decisions_log, decisions_write, last_sample_at, usage_sample
+from scheduling.passes.write import decisions_log, decisions_write, last_sample_at, usage_after, usage_sample
 from scheduling.services.gangs import gangs_settle
 from scheduling.services.locks import queue_lock
 
@@ -95,6 +96,8 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     # Lost tasks and start deadlines move jobs with the services (rare: a few jobs); the engine reads the result.
     if due_now and gangs_settle(job_queue=job_queue, job_ids=due_now, now=now):
         snap, index = snapshot_load(job_queue=job_queue, now=now)
+    book = budgets_read(job_queue_id=job_queue.pk, now=now)
+    snap = budgets_apply(snap, book)
     snap, settled = stops_settle(
         snap=snap,
         index=index,
@@ -113,6 +116,8 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
     # Housekeeping's changes count too: an attempt past its duration is a stop its executor must hear of.
     if admitted or decisions.preemptions or decisions.drains or settled.rows:
         work_changed(environment=job_queue.service_environment)
+    usage = usage_after(snap, decisions)
+    budgets_write(job_queue_id=job_queue.pk, book=book, snap=snap, usage=usage)
     decisions_log(job_queue=job_queue, decisions=decisions, index=index)
     usage_sample(
         job_queue=job_queue,
@@ -154,6 +159,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
             _lease_expiry(index),
             _attempt_timeout(index),
             start_deadline_next(job_queue=job_queue, index=index),
+            budgets_due(book=book, snap=snap, usage=usage),
         ),
     )
 

@@ -18,6 +18,7 @@ from django.conf import settings
 
 from engine import types as et
 from scheduling.models import UNFINISHED_STATUSES, Job, JobQueue, JobStatus
+from scheduling.passes.budgets import budgets_apply, budgets_read
 from scheduling.passes.snapshot import snapshot_load
 from simulator.estimate import Estimate, Expectations, Runtime, what_if
 
@@ -61,7 +62,8 @@ def runtime_expectations(*, job_queue: JobQueue) -> Expectations:
 
 def start_if_submitted_now(*, submission, now: datetime) -> Estimate:
     """When a validated `JobSubmission` would likely start if submitted now: a what-if of one job added to the
-    queue's snapshot, cut off after ESTIMATE_WHATIF_SECONDS (10 queries: the snapshot's 8, the expectations' 2)."""
+    queue's snapshot, cut off after ESTIMATE_WHATIF_SECONDS (13 queries: the snapshot's 8, the budgets' 3,
+    the expectations' 2)."""
     job_queue = submission.job_queue
     entries = [
         et.Entry(p.instance_type.name, p.instance_count, p.training_plan.name if p.training_plan else None)
@@ -71,6 +73,7 @@ def start_if_submitted_now(*, submission, now: datetime) -> Estimate:
     priority = submission.scheduling_priority
     duration_seconds = submission.duration_seconds
     snapshot, _index = snapshot_load(job_queue=job_queue, now=now)
+    snapshot = budgets_apply(snapshot, budgets_read(job_queue_id=job_queue.pk, now=now))
     expectations = runtime_expectations(job_queue=job_queue)
     newcomer = et.Job(
         id=0, share_id=quota_share_id, priority=priority, submitted_at=now, entries=tuple(entries)

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Min, OuterRef, Subquery
+from django.utils import timezone
 
-from scheduling.models import Job, JobPreference, JobQueue, JobStatus, SchedulingPass, Team
+from scheduling.models import Job, JobPreference, JobQueue, JobStatus, QuotaShare, SchedulingPass, Team
+from scheduling.selectors.budgets import BudgetReading, share_budgets
 from scheduling.selectors.events import EventRow, evictions
 from scheduling.selectors.usage import QueueUsage, ShareSummary, queue_usage
 from scheduling.selectors.visibility import JobRef, Viewer, job_ref
@@ -24,6 +26,7 @@ class ShareCard:
     head_job: JobRef | None = None
     head_reason: str | None = None  # the first pending job's reason, for those who see the team's jobs
     evictions: list[EventRow] = field(default_factory=list)
+    budget: BudgetReading | None = None
 
     condition: str = "ok"  # ok | waiting | backlog | starved: see `share_condition`
 
@@ -86,7 +89,8 @@ def _pending_heads(
 
 
 def overview(*, viewer: Viewer, long_wait_since: datetime, eviction_limit: int = 8) -> list[QueueOverview]:
-    """Every queue: capacity per type, share cards, last pass, last evictions. 7 + 7 per queue queries.
+    """Every queue: capacity per type, share cards, last pass, last evictions, budgets. 8 + 7 per queue
+    queries, and 3 more when some share has a budget.
 
     The count does not grow with jobs, events or passes: aggregates, and index-backed reads of the latest
     rows.
@@ -104,6 +108,11 @@ def overview(*, viewer: Viewer, long_wait_since: datetime, eviction_limit: int =
     team_names = dict(Team.objects.values_list("id", "name"))
     oldest, heads, wanted = _pending_heads(queue_ids)
     recent = evictions(viewer=viewer, job_queue_ids=queue_ids, limit=eviction_limit * len(queues))
+    budgeted = QuotaShare.objects.filter(job_queue_id__in=queue_ids, budget_gpu_hours__isnull=False)
+    budgets = share_budgets(
+        shares=list(budgeted.only("id", "budget_gpu_hours", "budget_period", "budget_scope")),
+        now=timezone.now(),
+    )
     result = []
     for queue in queues:
         usage = queue_usage(job_queue=queue)
@@ -114,6 +123,7 @@ def overview(*, viewer: Viewer, long_wait_since: datetime, eviction_limit: int =
                 team_name=team_names.get(share.team_id, "?"),
                 mine=share.team_id in viewer.team_ids,
                 oldest_pending_since=oldest.get(share.id),
+                budget=budgets.get(share.id),
             )
             card.condition = share_condition(
                 pending=share.pending,

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.models import JobQueue, PendingState
+from scheduling.passes.budgets import budgets_apply, budgets_read
 from scheduling.passes.bulk import rows_update
 from scheduling.passes.snapshot import snapshot_load
 from scheduling.selectors.estimates import runtime_expectations
@@ -50,6 +51,7 @@ def queue_estimates_refresh(*, job_queue_id: int) -> int:
 def queue_estimates_compute(*, job_queue: JobQueue, now: datetime) -> EstimateRun:
     """Read the queue as a pass would and run the estimator on it (it writes nothing)."""
     snapshot, _index = snapshot_load(job_queue=job_queue, now=now)
+    snapshot = budgets_apply(snapshot, budgets_read(job_queue_id=job_queue.pk, now=now))
     return estimate(
         snapshot,
         runtime_expectations(job_queue=job_queue),

@@ -424,6 +424,9 @@ def test_a_share_reads_with_names_and_its_limits(world, client_for):
         "in_share_preemption": False,
         "fair_share_weight": "1.000",
         "state": "ENABLED",
+        "budget": None,
+        "budget_used_gpu_hours": None,
+        "budget_resets_at": None,
     }
 
 

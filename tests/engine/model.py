@@ -15,6 +15,9 @@ and it waits for its own victims only; victims make room now and once settled, s
 its own victims hold their instances for it too. A job that would fit once the STOPPING jobs that are no
 nominee's victims are gone preempts nobody for that entry or a later one: it waits, RUNNABLE. A nominee that
 fits is placed at once; one that no longer fits once settled, or whose victims are gone, loses its earmark.
+
+Budgets are modelled as the snapshot states them: a share whose ALL budget is spent starts nothing,
+one whose BORROWED budget is spent places nothing above its limit (see `oracle.fits_without_preemption`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,15 @@ from engine import (
 )
 
 from . import reference
-from .oracle import all_types, fits_now, fits_without_preemption, limit, on_demand_usage, reserved
+from .oracle import (
+    all_types,
+    fits_now,
+    fits_without_preemption,
+    limit,
+    on_demand_usage,
+    reserved,
+    starts_no_new_job,
+)
 
 
 @dataclass
@@ -319,7 +330,8 @@ class ModelPass:
         self.give_back()
         # This pass's victims are not placed again before the next pass; drained jobs may be at once.
         runnable = [j for j in self.snap.jobs if j.status == JobStatus.RUNNABLE and j.id not in self.victims]
-        enabled = {s.id for s in self.snap.shares if s.enabled}
+        # A disabled share places nothing, nor does one whose budget of scope ALL is spent.
+        enabled = {s.id for s in self.snap.shares if s.enabled and not starts_no_new_job(s)}
         if self.snap.queue_enabled:
             runnable = [j for j in runnable if j.share_id in enabled]
             # A nomination stands while its entry is an on-demand entry of the job.

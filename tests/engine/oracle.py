@@ -49,6 +49,18 @@ def most_allowed(share: Share, instance_type: str) -> int | None:
     return limit(share, instance_type) + limit(share, instance_type) * share.borrow_limit // 100
 
 
+def borrows_no_more(share: Share) -> bool:
+    """SPEC 2.1: once a share's consumption reaches a budget of scope BORROWED, it borrows no more."""
+    budget = share.budget
+    return budget is not None and budget.scope == "BORROWED" and budget.used_gpu_hours >= budget.gpu_hours
+
+
+def starts_no_new_job(share: Share) -> bool:
+    """SPEC 2.1: once a share's consumption reaches a budget of scope ALL, it starts no new job."""
+    budget = share.budget
+    return budget is not None and budget.scope == "ALL" and budget.used_gpu_hours >= budget.gpu_hours
+
+
 def all_types(snap: Snapshot) -> list[str]:
     types = set(snap.capacity)
     for job in snap.jobs:
@@ -103,6 +115,8 @@ def fits_without_preemption(snap: Snapshot, job: Job, entry: Entry) -> bool:
     after = usage[share.id, instance_type] + entry.instance_count
     ceiling = most_allowed(share, instance_type)
     if ceiling is not None and after > ceiling:
+        return False
+    if borrows_no_more(share) and after > limit(share, instance_type):
         return False
     committed = sum(
         max(

@@ -18,7 +18,7 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Decisions, JobStatus, Snapshot, Strategy, schedule
+from engine import Budget, BudgetPeriod, BudgetScope, Decisions, JobStatus, Snapshot, Strategy, schedule
 
 from .builders import apply_decisions
 from .model import ModelDecisions, model_pass
@@ -49,10 +49,27 @@ def with_weights(queue: Snapshot, rng: random.Random) -> Snapshot:
     )
 
 
+def random_budget(rng: random.Random, snap: Snapshot) -> Budget | None:
+    """No budget, or one spent or not, of either scope."""
+    if rng.random() < 0.4:
+        return None
+    return Budget(
+        gpu_hours=Decimal(100),
+        period=rng.choice(list(BudgetPeriod)),
+        scope=rng.choice(list(BudgetScope)),
+        used_gpu_hours=Decimal(rng.choice([0, 79, 100, 130])),
+        resets_at=snap.now + timedelta(hours=rng.choice([1, 20, 200])),
+    )
+
+
+def with_budgets(queue: Snapshot, rng: random.Random) -> Snapshot:
+    return replace(queue, shares=tuple(replace(s, budget=random_budget(rng, queue)) for s in queue.shares))
+
+
 def more_changes(rng: random.Random, snap: Snapshot) -> Snapshot:
     """What `between_passes` leaves out: lending limits and weights changed, priorities changed, the queue
-    disabled for a pass, and submission times that tie across shares."""
-    change = rng.choice(["none", "none", "lending", "weight", "priority", "queue", "ties"])
+    disabled for a pass, submission times that tie across shares, and budgets set, spent or reset."""
+    change = rng.choice(["none", "none", "lending", "weight", "priority", "queue", "ties", "budget"])
     if change == "lending":
         share = rng.choice(snap.shares)
         if share.strategy != Strategy.RESERVE and share.limits:
@@ -66,6 +83,12 @@ def more_changes(rng: random.Random, snap: Snapshot) -> Snapshot:
             )
     elif change == "weight":
         snap = with_weights(snap, rng)
+    elif change == "budget":
+        share = rng.choice(snap.shares)
+        budget = random_budget(rng, snap)
+        snap = replace(
+            snap, shares=tuple(replace(s, budget=budget) if s is share else s for s in snap.shares)
+        )
     elif change == "priority" and snap.jobs:
         job = rng.choice(snap.jobs)
         changed = replace(job, priority=rng.choice([0, 1, 5, 9]))
@@ -102,7 +125,7 @@ def compare_passes(
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(queue=queues(), rng=st.randoms(use_true_random=True))
 def test_engine_decides_as_spec_reads_on_random_queues(queue: Snapshot, rng: random.Random):
-    queue = with_weights(queue, rng)
+    queue = with_budgets(with_weights(queue, rng), rng)
     borrowers = tuple(s for s in queue.shares if s.strategy == Strategy.LEND_AND_BORROW)
     compare_passes(replace(queue, jobs=tuple(new_jobs(rng, queue, 1, borrowers))), rng)
 
@@ -110,7 +133,7 @@ def test_engine_decides_as_spec_reads_on_random_queues(queue: Snapshot, rng: ran
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(queue=queues(), rng=st.randoms(use_true_random=True))
 def test_engine_decides_as_spec_reads_on_contended_queues(queue: Snapshot, rng: random.Random):
-    queue = with_weights(queue, rng)
+    queue = with_budgets(with_weights(queue, rng), rng)
     queue = replace(
         queue, shares=tuple(replace(s, in_share_preemption=rng.random() < 0.7) for s in queue.shares)
     )
@@ -122,7 +145,7 @@ def test_engine_decides_as_spec_reads_on_contended_queues(queue: Snapshot, rng: 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(queue=queues(), rng=st.randoms(use_true_random=True))
 def test_engine_decides_as_spec_reads_when_victims_stop_gracefully(queue: Snapshot, rng: random.Random):
-    queue = with_weights(queue, rng)
+    queue = with_budgets(with_weights(queue, rng), rng)
     borrowers = tuple(s for s in queue.shares if s.strategy == Strategy.LEND_AND_BORROW)
     compare_passes(replace(queue, jobs=tuple(new_jobs(rng, queue, 1, borrowers))), rng, 8, graceful=True)
 
@@ -130,7 +153,7 @@ def test_engine_decides_as_spec_reads_when_victims_stop_gracefully(queue: Snapsh
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(queue=queues(), rng=st.randoms(use_true_random=True))
 def test_engine_decides_as_spec_reads_on_contended_queues_with_graceful_stops(queue: Snapshot, rng):
-    queue = with_weights(queue, rng)
+    queue = with_budgets(with_weights(queue, rng), rng)
     queue = replace(
         queue, shares=tuple(replace(s, in_share_preemption=rng.random() < 0.7) for s in queue.shares)
     )

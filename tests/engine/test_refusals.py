@@ -15,7 +15,7 @@ from engine.scheduler import PassRun
 from engine.types import Ordering
 
 from .builders import apply_decisions
-from .test_model import more_changes, with_weights
+from .test_model import more_changes, with_budgets, with_weights
 from .test_properties import between_passes, executors_at_work, new_jobs, placed_jobs, queues
 
 
@@ -77,6 +77,12 @@ def test_parking_decides_as_one_by_one_with_borrowers(queue: Snapshot, rng: rand
     borrowers = tuple(s for s in queue.shares if s.strategy == Strategy.LEND_AND_BORROW)
     queue = with_weights(queue, rng)
     compare(replace(queue, jobs=tuple(new_jobs(rng, queue, 1, borrowers))), rng, 8)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=queues(), rng=st.randoms(use_true_random=True))
+def test_parking_decides_as_one_by_one_with_budgets_spent_or_not(queue: Snapshot, rng: random.Random):
+    compare(with_budgets(contended(queue, rng), rng), rng, 6, graceful=True)
 
 
 def test_a_busy_queue_takes_far_fewer_heads_for_the_same_decisions(monkeypatch):

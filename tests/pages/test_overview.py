@@ -156,10 +156,11 @@ def test_overview_reads_a_constant_number_of_queries_whatever_the_jobs(
     many_jobs(world, jobs)
     client = client_for(world.ana)
     assert Job.objects.count() == 2 * jobs + 1
-    # session + user, viewer, queues, passes, teams, pending (3), evictions, queue_usage (6 + plans), heartbeats
-    with django_assert_max_num_queries(18):
+    # session + user, viewer, queues, passes, teams, pending (3), evictions, budgeted shares, queue_usage
+    # (6 + plans), heartbeats
+    with django_assert_max_num_queries(19):
         assert client.get("/").status_code == 200
-    with django_assert_max_num_queries(18):
+    with django_assert_max_num_queries(19):
         assert client.get("/", headers=htmx_headers("overview-live")).status_code == 200
 
 

@@ -455,3 +455,36 @@ def test_applying_a_proposal_for_the_queue_alone_says_so(world, client_for, begi
     assert f"Applied what-if #{run.pk} to queue training: changed queue training." in page
     world.queue.refresh_from_db()
     assert world.queue.idle_capacity_assignment == "FAIR_SHARE"
+
+
+def test_a_budget_proposed_in_the_editor_is_replayed_and_applied(world, client_for, begin, history):
+    client = client_for(world.admin)
+    page = client.get(reverse("manage_whatif")).content.decode()
+    assert f'name="s{world.vision.pk}-budget_gpu_hours"' in page
+    # Vision's four 5-P4 jobs want 160 GPU-hours in the hour; 60 a day holds all but the first back.
+    data = editor_data(
+        world,
+        begin,
+        **{f"s{world.vision.pk}-budget_gpu_hours": "60", f"s{world.vision.pk}-budget_period": "DAY"},
+    )
+
+    response = client.post(reverse("manage_whatif"), data)
+
+    assert response.status_code == 302
+    run = WhatIfRun.objects.get()
+    proposed = {item["name"]: item for item in run.proposal}
+    assert proposed["vision"]["budget"] == {"gpu_hours": "60", "period": "DAY", "scope": "ALL"}
+    assert proposed["nlp"]["budget"] is None
+    run = whatif_services.whatif_run_execute(run_id=run.pk)
+    assert run.status == WhatIfRun.Status.DONE, run.error
+    page = client.get(reverse("manage_whatif_run", args=[run.pk])).content.decode()
+    assert '<span class="was">none</span> → <strong>60 a DAY</strong>' in page
+    vision_current, vision_proposed = (
+        next(share for share in run.result[side]["shares"] if share["share"] == "vision")
+        for side in ("current", "proposed")
+    )
+    assert vision_current["jobs"]["never_started"] == 0
+    assert vision_proposed["jobs"]["never_started"] == 2  # held back once 60 GPU-hours were spent
+    client.post(reverse("manage_whatif_apply", args=[run.pk]), {"confirm": "on"})
+    vision = QuotaShare.objects.get(name="vision")
+    assert (vision.budget_gpu_hours, vision.budget_period, vision.budget_scope) == (60, "DAY", "ALL")

@@ -357,3 +357,25 @@ def test_admin_links_executor_accounts_through_the_service_audited(staff_client,
         [],
         ["admin-linked-agent"],
     )
+
+
+def test_admin_sets_a_budget_through_the_service_and_shows_what_is_spent(staff_client, queue):
+    share = share_with(queue, "nlp", {P5: 2})
+    data = share_form(queue, share.team, name="nlp", limit=2, share=share)
+    data.update(budget_gpu_hours="120", budget_period="WEEK", budget_scope="BORROWED")
+
+    response = staff_client.post(reverse("admin:scheduling_quotashare_change", args=[share.pk]), data)
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    share.refresh_from_db()
+    assert share.budget == {"gpu_hours": 120, "period": "WEEK", "scope": "BORROWED"}
+    event = Event.objects.get(kind=EventKind.CONFIG_CHANGED)
+    assert event.message == "root changed quota share nlp: budget_gpu_hours, budget_period, budget_scope"
+    page = staff_client.get(reverse("admin:scheduling_quotashare_change", args=[share.pk])).content.decode()
+    assert "0 of 120 GPU-hours on borrowing spent for the week of" in page
+    refused = staff_client.post(
+        reverse("admin:scheduling_quotashare_change", args=[share.pk]), {**data, "budget_gpu_hours": "-1"}
+    )
+    assert refused.status_code == 200 and "Ensure this value is greater than or equal to 0.001." in (
+        refused.content.decode()
+    )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from unittest import mock
 
 import pytest
+from django.utils import timezone
 
-from scheduling.models import PassHistogramBucket, QuotaShare
+from scheduling.models import InstanceType, PassHistogramBucket, QuotaShare, ShareConsumption
 from scheduling.passes import run as passes
 from scheduling.passes.histogram import pass_histogram_observe
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
@@ -47,8 +49,9 @@ def test_healthz_is_503_naming_the_broken_part(client):
 def test_metrics_expose_share_usage_preemptions_and_pass_durations(
     client, busy_queue, django_assert_max_num_queries
 ):
-    # 12, and the start timeouts, lost tasks (2 each: counts, queues) and claim-to-running (1)
-    with django_assert_max_num_queries(17):
+    # 12, the budgeted shares (1), and the start timeouts, lost tasks (2 each: counts, queues) and
+    # claim-to-running (1)
+    with django_assert_max_num_queries(18):
         body = client.get("/metrics").content.decode()
     assert 'quotaportal_start_timeouts_total{queue="training"} 0.0' in body
     assert 'quotaportal_tasks_lost_total{queue="training"} 0.0' in body
@@ -62,6 +65,26 @@ def test_metrics_expose_share_usage_preemptions_and_pass_durations(
     assert 'quotaportal_preemptions_total{kind="PREEMPTED_IN_SHARE",queue="training"} 0.0' in body
     assert 'quotaportal_pass_duration_seconds_count{queue="training"} 2.0' in body
     assert 'quotaportal_pass_duration_seconds_bucket{le="+Inf",queue="training"} 2.0' in body
+
+
+def test_metrics_expose_each_budget_and_what_is_spent_of_it(
+    client, busy_queue, django_assert_max_num_queries
+):
+    vision = QuotaShare.objects.get(name="vision")
+    QuotaShare.objects.filter(pk=vision.pk).update(budget_gpu_hours=500, budget_scope="BORROWED")
+    ShareConsumption.objects.update_or_create(
+        quota_share=vision,
+        instance_type=InstanceType.objects.get(name=P5),
+        day=timezone.now().date(),
+        defaults={"gpu_hours": 120, "borrowed_gpu_hours": Decimal("40.5")},
+    )
+    with django_assert_max_num_queries(16):
+        body = client.get("/metrics").content.decode()
+    labels = 'period="MONTH",queue="training",scope="BORROWED",share="vision"'
+    assert f"quotaportal_share_budget_gpu_hours{{{labels}}} 500.0" in body
+    # Only the borrowed part counts for a BORROWED budget (and vision still borrows: a little more by now).
+    spent = float(body.split(f"quotaportal_share_budget_spent_gpu_hours{{{labels}}} ")[1].split()[0])
+    assert 40.5 <= spent < 41
 
 
 def test_pass_histogram_is_cumulative():

@@ -222,3 +222,38 @@ def test_the_history_of_a_queue_replays_against_its_live_configuration(tmp_path)
     assert shares["nlp"]["preemptions"] == 1 and shares["nlp"]["gpu_hours"]["borrowed"] > 0
     assert shares["vision"]["jobs"]["cancelled"] == 1
     assert live["overall"]["jobs"]["completed"] == 3
+
+
+def test_the_budget_study_on_a_slice_sets_median_months_and_compares_with_and_without(tmp_path):
+    # The trace: the busy half day of October, and a tenth of it again a month later, a quiet November. Each
+    # share's median month is then half way between: in October the budgets are reached.
+    lines = (DATA / "philly-day.csv").read_text().splitlines()
+    quiet = []
+    for line in lines[1:][::10]:
+        moment, rest = line.split(",", 1)
+        later = datetime.fromisoformat(moment) + timedelta(days=31)
+        quiet.append(f"{later:%Y-%m-%d %H:%M:%S},{rest}")
+    trace = tmp_path / "philly.csv"
+    trace.write_text("\n".join([*lines, *quiet]) + "\n")
+    (tmp_path / "philly_vc.csv").write_text((DATA / "philly_vc.csv").read_text())
+    output = replay(
+        "--trace",
+        str(trace),
+        "--start",
+        "2017-10-17",
+        "--days",
+        "0.5",
+        "--budget-study",
+        "--check",
+        "--json",
+        str(tmp_path / "study.json"),
+    )
+    assert "budgets from each share's median month of" in output
+    assert "the 3 biggest borrowers (" in output and "the other " in output
+    study = json.loads((tmp_path / "study.json").read_text())
+    reached = [share for share in study["shares"] if share["spent_at"] is not None]
+    assert reached
+    for share in reached:  # reached: with budgets it used at least its budget, and may end a little over
+        assert share["gpu_hours"][1] >= float(share["budget"])
+    with pytest.raises(CommandError, match="--budget-study replays the Philly trace"):
+        replay("--history", "--queue", "x", "--budget-study")

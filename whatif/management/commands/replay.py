@@ -20,6 +20,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from engine import BudgetPeriod, BudgetScope
+from engine.budgets import period_end, period_start
 from scheduling.models import JobQueue, SchedulingPass
 from simulator import (
     Configuration,
@@ -29,6 +31,7 @@ from simulator import (
 )
 from simulator import philly as philly_mapping
 from simulator.backtest import NOISE_SIGMA, backtest, backtest_table
+from simulator.budget_study import budget_study, budget_study_tables, compare, write_budget_study
 from simulator.report import (
     COMPARISON_HEADER,
     SETTINGS_HEADER,
@@ -44,6 +47,7 @@ from simulator.trace import PHILLY_CREDIT, TraceError, read_philly, read_philly_
 from whatif.sources import DEFAULT_TRACE, history_jobs, live_configuration
 
 PHILLY_WINDOW = (datetime(2017, 10, 9, tzinfo=UTC), 14)
+BUDGET_STUDY_WINDOW = (datetime(2017, 10, 1, tzinfo=UTC), 31)
 SCALING_WEEKS = (1, 2, 4)
 
 
@@ -78,6 +82,19 @@ class Command(BaseCommand):
             action="store_true",
             help="with --philly-comparison: all LEND_AND_BORROW under FAIR_SHARE, with a 10 and a 30 minute "
             "protection from early preemption, and lending half of every limit",
+        )
+        configs.add_argument(
+            "--budget-study",
+            action="store_true",
+            help="GPU-hour budgets on Philly: each share's monthly budget at its median month over the whole "
+            "trace, then --start (default 2017-10-01) for --days (default 31) under all LEND_AND_BORROW with "
+            "and without them; --budget-scope ALL (default) or BORROWED",
+        )
+        configs.add_argument(
+            "--budget-scope",
+            choices=["ALL", "BORROWED"],
+            default="ALL",
+            help="with --budget-study: what the budgets count (default %(default)s)",
         )
         configs.add_argument(
             "--capacity-scale",
@@ -165,6 +182,9 @@ class Command(BaseCommand):
             raise CommandError("give --trace or --history, not both")
         if options["history"] and not options["queue"]:
             raise CommandError("--history replays the job history of a queue: give --queue NAME")
+        if options["budget_study"]:
+            self.budget_study(options)
+            return
         if not options["config"] and not options["philly_comparison"]:
             if not options["queue"]:
                 raise CommandError("give --config (live or a file, repeatable), or --philly-comparison")
@@ -205,6 +225,61 @@ class Command(BaseCommand):
         if options["charts"]:
             for path in write_charts(options["charts"], replays, credit=credit):
                 self.stdout.write(f"wrote {path}")
+
+    def budget_study(self, options) -> None:
+        """Budgets at each share's median month, and one month with and without them (`simulator.budget_study`)."""
+        if options["history"]:
+            raise CommandError("--budget-study replays the Philly trace; it cannot be used with --history")
+        start = parse_moment(options["start"]) if options["start"] else BUDGET_STUDY_WINDOW[0]
+        end = start + timedelta(days=options["days"] if options["days"] else BUDGET_STUDY_WINDOW[1])
+        trace, vc_file = self.trace_path(options), self.vc_path(options)
+        for path, what in ((trace, "trace"), (vc_file, "VC file")):
+            if not path.exists():
+                raise CommandError(f"no {what} at {path}: give --trace PATH (and --vc-file PATH)")
+        rows = read_philly(trace)
+        vcs = read_philly_vcs(vc_file)
+        configs = philly_mapping.comparison_configurations(
+            vcs=vcs,
+            mix=philly_mapping.type_mix(rows),
+            capacity_scale=options["capacity_scale"],
+            start=start.timestamp(),
+            end=end.timestamp(),
+            seed=options["seed"],
+            plans=options["plans"],
+        )
+        config = next(config for config in configs if config.name == "all-LEND_AND_BORROW")
+        jobs = philly_mapping.philly_jobs(rows, config, seed=options["seed"])
+        month = [job for job in jobs if start.timestamp() <= job.submitted_at < end.timestamp()]
+        first, last = min(row.submitted_at for row in rows), max(row.submitted_at for row in rows)
+        trace_start = period_start(BudgetPeriod.MONTH, datetime.fromtimestamp(first, UTC))
+        trace_end = period_end(BudgetPeriod.MONTH, datetime.fromtimestamp(last, UTC))
+        self.stdout.write(
+            f"budgets from each share's median month of {len(jobs):,} Philly jobs replayed "
+            f"{trace_start:%Y-%m-%d} .. {trace_end:%Y-%m-%d}; {len(month):,} jobs submitted "
+            f"{start:%Y-%m-%d} .. {end:%Y-%m-%d} replayed with and without them. {PHILLY_CREDIT}"
+        )
+        medians, free, budgeted = budget_study(
+            config,
+            trace_jobs=jobs,
+            trace_start=trace_start.timestamp(),
+            trace_end=trace_end.timestamp(),
+            month_jobs=month,
+            month_start=start.timestamp(),
+            month_end=end.timestamp(),
+            scope=BudgetScope(options["budget_scope"]),
+            pass_interval=options["pass_interval"],
+            check=options["check"],
+            verify_shortcuts=options["verify_shortcuts"],
+        )
+        effects, borrowers, others = compare(free, budgeted)
+        self.stdout.write(
+            budget_study_tables(medians, effects, borrowers, others, markdown=options["markdown"])
+        )
+        if options["json"]:
+            write_budget_study(
+                options["json"], medians, effects, borrowers, others, command=portable_command(sys.argv)
+            )
+            self.stdout.write(f"wrote {options['json']}")
 
     def backtest_estimates(self, configs, jobs_for, start, end, options) -> None:
         if start is None or end is None:
