@@ -53,6 +53,8 @@ def _profile_page(
             "token_created": team_selectors.api_token_created(user=request.user),
             "new_key": new_key,
             "api_base": f"{base}/api/v1",
+            "aws_endpoint": f"{base}/aws/batch",
+            "portal_url": base,
             "problem": problem,
         },
         status=status,

@@ -127,7 +127,7 @@ def test_the_overview_reads_every_budget_in_three_more_queries(
         job_in(share, [(P4, 1)], name=f"{share.name}-job")
     world.run_pass()
     client = client_for(world.ana)
-    # as without budgets (18), and the budgets' meters, instance types and consumption rows
-    with django_assert_max_num_queries(21):
+    # as without budgets (19), and the budgets' meters, instance types and consumption rows
+    with django_assert_max_num_queries(22):
         page = client.get("/").content.decode()
     assert page.count("data-budget") == 3

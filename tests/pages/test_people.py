@@ -28,6 +28,12 @@ def test_the_profile_names_the_users_teams_and_roles_and_links_the_api_docs(worl
     assert 'curl -s -H "Authorization: Token $QUOTAPORTAL_TOKEN" http://testserver/api/v1/jobs/' in html
 
 
+def test_the_profile_leads_to_the_access_keys_the_notifications_and_the_command_line(world, client_for):
+    html = client_for(world.ana).get(reverse("profile")).content.decode()
+    assert f'href="{reverse("access-keys")}"' in html and "http://testserver/aws/batch" in html
+    assert f'href="{reverse("notifications")}"' in html and "qp login http://testserver" in html
+
+
 def test_a_token_is_made_shown_once_and_works_then_rotated_and_revoked(world, client_for):
     client = client_for(world.ana)
     made = client.post(reverse("profile"), {"action": "create"})

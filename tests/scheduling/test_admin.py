@@ -370,7 +370,7 @@ def test_admin_sets_a_budget_through_the_service_and_shows_what_is_spent(staff_c
     share.refresh_from_db()
     assert share.budget == {"gpu_hours": 120, "period": "WEEK", "scope": "BORROWED"}
     event = Event.objects.get(kind=EventKind.CONFIG_CHANGED)
-    assert event.message == "root changed quota share nlp: budget_gpu_hours, budget_period, budget_scope"
+    assert event.message == "root changed quota share nlp: budget gpu hours, budget period, budget scope"
     page = staff_client.get(reverse("admin:scheduling_quotashare_change", args=[share.pk])).content.decode()
     assert "0 of 120 GPU-hours on borrowing spent for the week of" in page
     refused = staff_client.post(

@@ -12,7 +12,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from engine import schedule as engine_schedule
-from scheduling.models import Event, EventKind, Job, JobStatus, QuotaShare, ShareConsumption
+from scheduling.models import (
+    Event,
+    EventKind,
+    Job,
+    JobStatus,
+    QuotaShare,
+    ServiceEnvironment,
+    ShareConsumption,
+)
 from scheduling.passes import run as passes
 from scheduling.passes.budgets import budgets_apply, budgets_read
 from scheduling.passes.snapshot import snapshot_load
@@ -33,7 +41,10 @@ def clock(monkeypatch):
 
 @pytest.fixture
 def queue():
+    # Simulated: these passes span hours, past any start deadline an external executor's jobs would have.
     queue = JobQueueFactory(name="training")
+    queue.service_environment.executor = ServiceEnvironment.Executor.SIMULATED
+    queue.service_environment.save(update_fields=["executor"])
     environment_with(queue, {P5: 8})
     return queue
 
