@@ -26,14 +26,20 @@ def staff_only(user) -> None:
 
 
 @contextmanager
-def as_aws(paths: Mapping[str, str], default_path: str = "") -> Iterator[None]:
-    """quotaportal's errors raised inside, answered as AWS's (field names rewritten to member paths)."""
+def as_aws(
+    paths: Mapping[str, str], default_path: str = "", *, refusal_is_invalid: bool = False
+) -> Iterator[None]:
+    """quotaportal's errors raised inside, answered as AWS's (field names rewritten to member paths).
+
+    `refusal_is_invalid`: a refusal names a member the caller may not use (a submission to another team's
+    share), answered as a ClientException on that member, as any other bad value of it."""
     try:
         yield
     except ValidationError as exc:
         raise ClientError(validation_message(exc, paths, default_path)) from None
     except NotAllowed as exc:
-        raise AccessDenied(f"{default_path}: {exc.message}" if default_path else exc.message) from None
+        message = f"{default_path}: {exc.message}" if default_path else exc.message
+        raise (ClientError if refusal_is_invalid else AccessDenied)(message) from None
     except DomainError as exc:
         raise ClientError(f"{default_path}: {exc.message}" if default_path else exc.message) from None
 

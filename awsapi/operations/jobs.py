@@ -328,7 +328,10 @@ def submit_service_job(user, members: Members) -> dict:
         client_token=token,
         submitted_via="aws",
     )
-    with as_aws({**SUBMIT_PATHS, **request.paths}, "quotaShareName"), transaction.atomic():
+    with (
+        as_aws({**SUBMIT_PATHS, **request.paths}, "quotaShareName", refusal_is_invalid=True),
+        transaction.atomic(),
+    ):
         job, created = job_services.job_submit(user=user, submission=submission)
         if created:
             records.service_job_record(

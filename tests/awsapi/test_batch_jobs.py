@@ -234,7 +234,8 @@ def test_the_single_instance_type_form_names_its_own_members(simulated, ana):
 def test_another_teams_share_is_refused_and_its_jobs_are_unknown(simulated, batch_for):
     ana, chen = batch_for(simulated.ana), batch_for(simulated.chen)
     code, message = error_of(submit, batch=chen, share="nlp")
-    assert code == "AccessDeniedException" and message.startswith("quotaShareName:")
+    assert code == "ClientException" and message.startswith("quotaShareName:")
+    assert not Job.objects.exists()
     made = submit(ana)
     for call, kwargs in (
         (chen.describe_service_job, {"jobId": made["jobArn"]}),
