@@ -362,3 +362,10 @@ def test_the_snapshot_reads_jobs_as_the_queryset_would(queue):
     assert rows == list(jobs) and len(rows) == 4
     assert {type(row[JOB_COLUMNS.index("created_at")]) for row in rows} == {type(timezone.now())}
     assert rows[0][JOB_COLUMNS.index("created_at")].tzinfo is not None
+    # On PostgreSQL the rows' datetimes come from psycopg's C loader, the queryset's from Django's: same zone.
+    moments = [
+        i for i, column in enumerate(JOB_COLUMNS) if column.endswith("_at") or column == "runnable_since"
+    ]
+    assert [[row[i] and row[i].tzinfo for i in moments] for row in rows] == [
+        [row[i] and row[i].tzinfo for i in moments] for row in jobs
+    ]
