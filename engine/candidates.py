@@ -7,6 +7,7 @@ and reads them) both import it and neither imports the other.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Set
 from itertools import accumulate
 
 from .types import Job
@@ -47,3 +48,35 @@ class Candidates:
 
     def all(self) -> list[Job]:
         return self.jobs[self.start :]
+
+    def drop_stopped(self, stopped: Set[int], instances: int) -> bool:
+        """Drop the candidates in `stopped`, which hold `instances` in all, walking from the front only as far
+        as the last of them: True; or False, unchanged, when the list's stopped jobs hold fewer (other jobs of
+        the holding stopped) and it must be filtered whole.
+
+        The live candidates walked past move up, in order, against the first one not walked, and the sums in
+        front of it are rebuilt backwards from its own, so the rest of the list is not touched.
+        """
+        jobs, sums = self.jobs, self.sums
+        kept: list[Job] = []
+        found, end = 0, self.start
+        while found < instances:
+            if end == len(jobs):
+                return False
+            job = jobs[end]
+            if job.id in stopped:
+                found += sums[end + 1] - sums[end]
+            else:
+                kept.append(job)
+            end += 1
+        if found != instances:
+            return False
+        start = end - len(kept)
+        jobs[start:end] = kept
+        priorities = self.priorities
+        for index in range(end - 1, start - 1, -1):
+            job = jobs[index]
+            priorities[index] = job.priority
+            sums[index] = sums[index + 1] - job.placement.instance_count
+        self.start = start
+        return True

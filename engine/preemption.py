@@ -304,9 +304,10 @@ def candidates_of(state: WorkingState, holding: Holding) -> Candidates:
     """Every job of the holding that `next_candidate` would offer (still placed, not protected), in order.
 
     Kept until one of the holding's victims stops (its victim usage only falls then), so a search no longer
-    walks past the protected jobs at the front of the list again and again. Victims mostly stop from the
-    front: when the first m candidates are stopped and account for all the victim usage lost, the list
-    starts m further on; otherwise it is filtered again.
+    walks past the protected jobs at the front of the list again and again. Victims stop from the front, but
+    not only the first ones (a put-back returns some in between): when the stopped candidates found from the
+    front account for all the victim usage lost, only the part up to the last of them is rewritten
+    (`Candidates.drop_stopped`); otherwise (a protected job stopped) the list is filtered again.
     """
     key = (holding.share.id, holding.instance_type, state.protections_lifted)
     known = state.candidates.get(key)
@@ -323,12 +324,7 @@ def candidates_of(state: WorkingState, holding: Holding) -> Candidates:
         # Victims only ever stop during a pass, and protection does not change: the list only loses jobs,
         # each taking its instances (at least one) off the victim usage.
         stopped = state.stopped
-        lost = known.victim_usage - holding.victim_usage
-        jobs, front = known.jobs, known.start
-        while front < len(jobs) and jobs[front].id in stopped:
-            front += 1
-        if known.sums[front] - known.sums[known.start] == lost:
-            known.start = front
+        if known.drop_stopped(stopped, known.victim_usage - holding.victim_usage):
             known.victim_usage = holding.victim_usage
         else:
             known = Candidates(holding.victim_usage, [job for job in known.all() if job.id not in stopped])
