@@ -451,7 +451,7 @@ def take_own_until(
 ) -> list[Job] | None:
     """`take_until` over `in_share_candidates`: the share's own lower-priority jobs, the fewest first ones
     (at least one) after which the job fits, or None. Taking more of them only lowers the share's own usage,
-    so whether it fits only turns from no to yes along the list: a bisection on their running sums."""
+    so whether it fits only turns from no to yes along the list: a search on their running sums."""
     holding = victims.holding
     if not holding.share.in_share_preemption:
         return None
@@ -469,7 +469,11 @@ def take_own_until(
     if not fits_after(available):
         victims.move_own(-candidates.instances(available))
         return None
-    low, high = 1, available
+    # Steps double from one victim to the first count that fits, then a bisection below it: the cost follows
+    # how many victims it takes, not how many candidates the share has.
+    low, high = 1, 1
+    while not fits_after(high):
+        low, high = high + 1, min(2 * high, available)
     while low < high:
         middle = (low + high) // 2
         if fits_after(middle):
