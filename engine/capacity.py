@@ -12,14 +12,11 @@ either a standing nominee's own victim (`WorkingState.claimed`) or stops for nob
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from .budgets import stops_borrowing
+from .candidates import Candidates
 from .ceilings import reserved_capacity, share_ceiling
 from .types import PLACED_STATUSES, Job, JobStatus, Placement, Plan, Share, Snapshot
-
-if TYPE_CHECKING:
-    from .preemption import Candidates
 
 
 def victim_key(job: Job, placement: Placement) -> tuple[int, float, int]:

@@ -27,14 +27,14 @@ searched at all: the job waits for them (`fit.fits_once_freed`), and searches no
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from itertools import accumulate, chain
+from itertools import chain
 from typing import Protocol
 
 from . import messages
+from .candidates import Candidates
 from .capacity import Holding, WorkingState, victim_key
 from .fit import (
     Fit,
@@ -105,23 +105,46 @@ class VictimSet:
         self._move(victim, victim.placement.instance_count)
         self.reclaimed -= victim.share_id != self.holding.share.id
 
-    def own_slack(self, fits: Callable[[], bool], most: int) -> int:
-        """The most instances, up to `most`, the share's own usage can grow by with `fits` still true.
+    def own_slack(self, fits: Callable[[], bool], run: list[Job]) -> int:
+        """The most instances, up to what the jobs of `run` hold, the share's own usage can grow by with `fits`
+        still true.
 
         `fits` holds now, and only depends on the share's own usage as it grows (fewer instances within its
-        limits, more held in the environment): a bisection finds where it stops holding.
+        limits, more held in the environment), so it holds up to some slack and not beyond. Steps double from
+        one instance until it stops holding, then a bisection: the cost follows the slack, not the run, whose
+        instances are summed from its end only as far as the steps reach.
         """
-        low, high = 0, most
+        counted, summed = len(run), 0  # run[counted:] hold `summed` instances
+
+        def capped(instances: int) -> int:
+            nonlocal counted, summed
+            while summed < instances and counted:
+                counted -= 1
+                summed += run[counted].placement.instance_count
+            return min(instances, summed)
+
+        low, step = 0, 1
+        while True:
+            probe = capped(low + step)
+            if probe == low:
+                return low  # all the run's instances
+            if not self._holds_with(fits, probe):
+                high = probe - 1
+                break
+            low, step = probe, step * 2
         while low < high:
             middle = (low + high + 1) // 2
-            self._change_usage(self.holding, middle)
-            holds = fits()
-            self._change_usage(self.holding, -middle)
-            if holds:
+            if self._holds_with(fits, middle):
                 low = middle
             else:
                 high = middle - 1
         return low
+
+    def _holds_with(self, fits: Callable[[], bool], more: int) -> bool:
+        self._change_usage(self.holding, more)
+        holds = fits()
+        self._change_usage(self.holding, -more)
+        return holds
 
     def move_own(self, change: int) -> None:
         """Take (`change` < 0) or put back (> 0) jobs of the share's own holding, `change` instances in all."""
@@ -277,50 +300,14 @@ def reclaimed_down(state: WorkingState, holding: Holding) -> tuple[int, int]:
     return usage, taken
 
 
-class Candidates:
-    """A holding's jobs that `next_candidate` would offer, in order, from `start` on: their priorities
-    (ascending, as the victim order goes) and running instance sums over the whole list."""
-
-    __slots__ = ("victim_usage", "jobs", "priorities", "sums", "start")
-
-    def __init__(self, victim_usage: int, jobs: list[Job]):
-        self.victim_usage = victim_usage
-        self.jobs = jobs
-        self.priorities = [job.priority for job in jobs]
-        self.sums = [0, *accumulate(job.placement.instance_count for job in jobs)]
-        self.start = 0
-
-    def __len__(self) -> int:
-        return len(self.jobs) - self.start
-
-    def first(self, count: int) -> list[Job]:
-        return self.jobs[self.start : self.start + count]
-
-    def below(self, priority: int) -> int:
-        """How many candidates have a priority below `priority` (they come first)."""
-        return bisect_left(self.priorities, priority, lo=self.start) - self.start
-
-    def instances(self, count: int) -> int:
-        """The instances the first `count` candidates hold."""
-        return self.sums[self.start + count] - self.sums[self.start]
-
-    def fewest_holding(self, instances: int) -> int:
-        """The fewest first candidates holding at least `instances` (all of them when none do)."""
-        return min(
-            len(self), bisect_left(self.sums, self.sums[self.start] + instances, lo=self.start) - self.start
-        )
-
-    def all(self) -> list[Job]:
-        return self.jobs[self.start :]
-
-
 def candidates_of(state: WorkingState, holding: Holding) -> Candidates:
     """Every job of the holding that `next_candidate` would offer (still placed, not protected), in order.
 
     Kept until one of the holding's victims stops (its victim usage only falls then), so a search no longer
-    walks past the protected jobs at the front of the list again and again. Victims mostly stop from the
-    front: when the first m candidates are stopped and account for all the victim usage lost, the list
-    starts m further on; otherwise it is filtered again.
+    walks past the protected jobs at the front of the list again and again. Victims stop from the front, but
+    not only the first ones (a put-back returns some in between): when the stopped candidates found from the
+    front account for all the victim usage lost, only the part up to the last of them is rewritten
+    (`Candidates.drop_stopped`); otherwise (a protected job stopped) the list is filtered again.
     """
     key = (holding.share.id, holding.instance_type, state.protections_lifted)
     known = state.candidates.get(key)
@@ -337,12 +324,7 @@ def candidates_of(state: WorkingState, holding: Holding) -> Candidates:
         # Victims only ever stop during a pass, and protection does not change: the list only loses jobs,
         # each taking its instances (at least one) off the victim usage.
         stopped = state.stopped
-        lost = known.victim_usage - holding.victim_usage
-        jobs, front = known.jobs, known.start
-        while front < len(jobs) and jobs[front].id in stopped:
-            front += 1
-        if known.sums[front] - known.sums[known.start] == lost:
-            known.start = front
+        if known.drop_stopped(stopped, known.victim_usage - holding.victim_usage):
             known.victim_usage = holding.victim_usage
         else:
             known = Candidates(holding.victim_usage, [job for job in known.all() if job.id not in stopped])
@@ -439,16 +421,19 @@ def put_back_round(trial: Trial, taken: list[Job], fits: Callable[[], bool]) -> 
             while start > 0 and taken[start - 1].share_id == own:
                 start -= 1
             run = taken[start : index + 1]
-            most = sum(job.placement.instance_count for job in run)
-            slack = trial.own_slack(fits, most)
+            slack = trial.own_slack(fits, run)
             returned = 0
-            for job in reversed(run):
+            position = len(run)
+            while slack and position:  # once the slack is spent, every victim left is needed
+                position -= 1
+                job = run[position]
                 count = job.placement.instance_count
                 if count <= slack:
                     slack -= count
                     returned += count
                 else:
                     needed.append(job)
+            needed.extend(reversed(run[:position]))
             trial.move_own(returned)
             index = start - 1
             continue
@@ -466,7 +451,7 @@ def take_own_until(
 ) -> list[Job] | None:
     """`take_until` over `in_share_candidates`: the share's own lower-priority jobs, the fewest first ones
     (at least one) after which the job fits, or None. Taking more of them only lowers the share's own usage,
-    so whether it fits only turns from no to yes along the list: a bisection on their running sums."""
+    so whether it fits only turns from no to yes along the list: a search on their running sums."""
     holding = victims.holding
     if not holding.share.in_share_preemption:
         return None
@@ -484,7 +469,11 @@ def take_own_until(
     if not fits_after(available):
         victims.move_own(-candidates.instances(available))
         return None
-    low, high = 1, available
+    # Steps double from one victim to the first count that fits, then a bisection below it: the cost follows
+    # how many victims it takes, not how many candidates the share has.
+    low, high = 1, 1
+    while not fits_after(high):
+        low, high = high + 1, min(2 * high, available)
     while low < high:
         middle = (low + high) // 2
         if fits_after(middle):

@@ -113,11 +113,11 @@ from __future__ import annotations
 import enum
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Set
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from engine import (
     Decisions,
@@ -129,6 +129,7 @@ from engine import (
     Plan,
     PreemptionKind,
     Share,
+    Snapshot,
     Strategy,
 )
 from engine.capacity import victim_key
@@ -138,9 +139,6 @@ from engine.housekeeping import pending_too_long
 from engine.order import queue_key
 
 from .config import Configuration, to_datetime
-
-if TYPE_CHECKING:
-    from .simulation import WholeQueueDecider
 
 GROWTH = 4
 MAX_ATTEMPTS = 4
@@ -1372,6 +1370,17 @@ def shortcuts_cover(config: Configuration) -> bool:
     )
 
 
+class WholeQueue(Protocol):
+    """The plain replay the shortcuts fall back to (`simulation.WholeQueueDecider`), named by what it offers:
+    the simulation imports this module, not the other way round."""
+
+    schedule: Callable[[Snapshot], Decisions]
+    snapshots: Any  # `simulation.Snapshots`: `whole(now)` and `of(now, jobs, reduced)`
+    stats: Any  # `simulation.ReplayStats`
+
+    def decide(self, index: int, now: float) -> Decisions: ...
+
+
 class ShortcutDecider:
     """A pass decided on the smallest snapshot that provably decides what the whole queue decides (points 1-3
     and 5), and on the whole queue (`whole`, the plain replay) where no proof holds."""
@@ -1382,7 +1391,7 @@ class ShortcutDecider:
 
     def __init__(
         self,
-        whole: WholeQueueDecider,
+        whole: WholeQueue,
         reducer: Reducer,
         *,
         unfinished: Mapping[int, Job],

@@ -279,6 +279,7 @@ def values_rows(queryset: QuerySet) -> list[tuple]:
     fields = [selected[0] for selected in compiler.select[: compiler.col_count]]
     converters = compiler.get_converters(fields)
     with compiler.connection.cursor() as cursor:
+        datetimes_loaded_in_c(cursor)
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     if not converters:
@@ -296,6 +297,24 @@ def values_rows(queryset: QuerySet) -> list[tuple]:
                 row[pos] = convert(value)
         converted.append(tuple(row))
     return converted
+
+
+def datetimes_loaded_in_c(cursor) -> None:
+    """On PostgreSQL, have this cursor load `timestamptz` values with psycopg's C loader.
+
+    Django registers a loader of its own, written in Python, that parses each value and then sets the
+    connection's zone: at 12,000 jobs close to 30% of the snapshot's time. psycopg's own loader gives the
+    same datetimes, in the session's zone; it is used only when that zone is Django's (UTC, as Django sets it).
+    """
+    if cursor.db.vendor != "postgresql":
+        return
+    import psycopg
+    from psycopg.pq import Format
+
+    raw = cursor.cursor
+    if raw.connection.info.timezone == cursor.db.timezone:
+        oid = psycopg.postgres.types["timestamptz"].oid
+        raw.adapters.register_loader(oid, psycopg.adapters.get_loader(oid, Format.TEXT))
 
 
 def _column_converter(convs: list, expression, connection):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -350,6 +350,25 @@ def test_the_garbage_collector_resumes_after_a_failed_pass(queue, monkeypatch):
     assert gc.isenabled()
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the loader is psycopg's")
+def test_the_snapshot_loads_datetimes_with_psycopgs_own_loader_in_djangos_zone():
+    import psycopg
+    from psycopg.pq import Format
+
+    from scheduling.passes.snapshot import datetimes_loaded_in_c
+
+    oid = psycopg.postgres.types["timestamptz"].oid
+    with connection.cursor() as cursor:
+        datetimes_loaded_in_c(cursor)
+        assert cursor.cursor.adapters.get_loader(oid, Format.TEXT) is psycopg.adapters.get_loader(
+            oid, Format.TEXT
+        )
+        cursor.execute("SELECT TIMESTAMPTZ '2026-01-02 03:04:05.678+02'")
+        (moment,) = cursor.fetchone()
+    assert moment == datetime(2026, 1, 2, 1, 4, 5, 678000, tzinfo=UTC)
+    assert moment.tzinfo == connection.timezone
+
+
 def test_the_snapshot_reads_jobs_as_the_queryset_would(queue):
     from scheduling.passes.snapshot import snapshot_querysets, values_rows
 
@@ -365,3 +384,10 @@ def test_the_snapshot_reads_jobs_as_the_queryset_would(queue):
     assert rows == list(jobs) and len(rows) == 4
     assert {type(row[JOB_COLUMNS.index("created_at")]) for row in rows} == {type(timezone.now())}
     assert rows[0][JOB_COLUMNS.index("created_at")].tzinfo is not None
+    # On PostgreSQL the rows' datetimes come from psycopg's C loader, the queryset's from Django's: same zone.
+    moments = [
+        i for i, column in enumerate(JOB_COLUMNS) if column.endswith("_at") or column == "runnable_since"
+    ]
+    assert [[row[i] and row[i].tzinfo for i in moments] for row in rows] == [
+        [row[i] and row[i].tzinfo for i in moments] for row in jobs
+    ]

@@ -283,6 +283,7 @@ def read_floor(queue: JobQueue) -> float:
     querysets = snapshot.snapshot_querysets(job_queue=queue)
     started = time.perf_counter()
     with connection.cursor() as cursor:
+        snapshot.datetimes_loaded_in_c(cursor)  # as the pass's own read loads them
         for queryset in querysets.values():
             sql, params = queryset.query.sql_with_params()
             cursor.execute(sql, params)
