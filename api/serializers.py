@@ -341,12 +341,12 @@ class QuotaShareSerializer(StrictModelSerializer):
             budgets = self.context["budgets"] = share_budgets(shares=[share], now=timezone.now())
         return budgets.get(share.pk)
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(serializers.DecimalField(max_digits=20, decimal_places=3, allow_null=True))
     def get_budget_used_gpu_hours(self, share: QuotaShare) -> str | None:
         found = self._reading(share)
         return None if found is None else str(found.used_gpu_hours.quantize(Decimal("0.001")))
 
-    @extend_schema_field(OpenApiTypes.DATETIME)
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_budget_resets_at(self, share: QuotaShare):
         found = self._reading(share)
         return None if found is None else serializers.DateTimeField().to_representation(found.resets_at)
