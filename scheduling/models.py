@@ -201,6 +201,15 @@ IDLE_CAPACITY_ASSIGNMENT_HELP = (
     "Who gets idle capacity among borrowers: FIFO = earliest submission (AWS); "
     "FAIR_SHARE = the share borrowing least for its fair-share weight."
 )
+MAX_RELOCATION_MIN_RUNTIME_SECONDS = 86_400
+RELOCATION_MIN_RUNTIME_HELP = (
+    "Seconds a job that may be relocated runs on an attempt before it may move to an earlier entry of its "
+    "list (0..86,400)."
+)
+RELOCATE_HELP = (
+    "When it runs on a later entry of its list, the job may be stopped gracefully and moved to an earlier "
+    "one once that entry has room nobody waiting asks for (it should checkpoint and resume)."
+)
 PREEMPTION_MIN_RUNTIME_HELP = (
     "Seconds a job runs after it is scheduled before reclaim or in-share preemption may stop it "
     "(0 = at once); plan drains and lowered capacity ignore it."
@@ -235,6 +244,11 @@ class JobQueue(models.Model):
     )
     preemption_min_runtime_seconds = models.PositiveIntegerField(
         default=0, help_text=PREEMPTION_MIN_RUNTIME_HELP
+    )
+    relocation_min_runtime_seconds = models.PositiveIntegerField(
+        default=600,
+        validators=[MaxValueValidator(MAX_RELOCATION_MIN_RUNTIME_SECONDS)],
+        help_text=RELOCATION_MIN_RUNTIME_HELP,
     )
 
     class Meta:
@@ -415,6 +429,7 @@ class Job(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
     duration_seconds = models.PositiveIntegerField(null=True, blank=True)
+    relocate = models.BooleanField(default=False, help_text=RELOCATE_HELP)
     attempt_duration_seconds = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -654,6 +669,7 @@ class EventKind(models.TextChoices):
     CANCELLED = "CANCELLED", "cancelled"
     CONFIG_CHANGED = "CONFIG_CHANGED", "configuration changed"
     ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT", "attempt timed out"
+    RELOCATING = "RELOCATING", "moving to an earlier preference"
 
 
 PREEMPTION_KINDS = (

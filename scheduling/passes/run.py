@@ -103,7 +103,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         job_queue=job_queue, decisions=decisions, index=index, now=now, settled=settled
     )
     # Housekeeping's changes count too: an attempt past its duration is a stop its executor must hear of.
-    if admitted or decisions.preemptions or decisions.drains or settled.rows:
+    if admitted or decisions.preemptions or decisions.drains or decisions.relocations or settled.rows:
         work_changed(environment=job_queue.service_environment)
     decisions_log(job_queue=job_queue, decisions=decisions, index=index)
     usage_sample(

@@ -63,6 +63,7 @@ JOB_COLUMNS = (
     "nominated_victims",
     "attempt_duration_seconds",
     "retry_rules",
+    "relocate",
 )
 
 
@@ -174,6 +175,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
     )
     statuses = {status.value: status for status in et.JobStatus}
     runnable = et.JobStatus.RUNNABLE
+    stopping = et.JobStatus.STOPPING
     jobs = []
     for row in job_rows:
         (
@@ -209,6 +211,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             nominated_victims,
             _attempt_duration,
             _retry_rules,
+            relocate,
         ) = row
         index.jobs[job_id] = row
         status = statuses[status]
@@ -237,9 +240,10 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
                 stop_deadline=deadline,
                 nomination=(
                     et.Nomination(entry_index=nominated_entry, victim_ids=frozenset(nominated_victims))
-                    if nominated_entry is not None and status is runnable
+                    if nominated_entry is not None and (status is runnable or status is stopping)
                     else None
                 ),
+                relocate=relocate,
                 name=name,
                 team_id=team_id,
             )
@@ -255,6 +259,8 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
         queue_enabled=job_queue.enabled,
         idle_capacity_assignment=et.IdleCapacityAssignment(job_queue.idle_capacity_assignment),
         preemption_min_runtime_seconds=job_queue.preemption_min_runtime_seconds,
+        relocation_min_runtime_seconds=job_queue.relocation_min_runtime_seconds,
+        max_relocations_per_pass=settings.MAX_RELOCATIONS_PER_PASS,
     )
     return snap, index
 

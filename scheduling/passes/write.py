@@ -204,6 +204,25 @@ def usage_sample(
     )
 
 
+def relocation_words(relocation: et.Relocation) -> str:
+    """From where to where and why: `from ml.p4d.24xlarge x4 on-demand (entry 2) to training plan dec-p5 ...`."""
+
+    def where(instance_type: str, count: int, plan: str | None, index: int) -> str:
+        on = f"training plan {plan}" if plan else "on-demand"
+        return f"{instance_type} x{count} {on} (entry {index + 1})"
+
+    before = where(
+        relocation.from_instance_type,
+        relocation.from_instance_count,
+        relocation.from_training_plan,
+        relocation.from_entry_index,
+    )
+    after = where(
+        relocation.instance_type, relocation.instance_count, relocation.training_plan, relocation.entry_index
+    )
+    return f"relocating from {before} to {after}: {relocation.message}"
+
+
 def decisions_write(
     *,
     job_queue: JobQueue,
@@ -303,6 +322,31 @@ def decisions_write(
             why=f"{code}: {preemption.message}",
             words=preemption.message,
         )
+
+    # A relocation ends the attempt like a preemption, but is none: no preemption count, no failed attempt.
+    # A taken job stops gracefully, nominated on its new entry with itself as its one victim (the next
+    # passes earmark that entry for it); one not taken stops at once and an admission below places it.
+    for relocation in decisions.relocations:
+        reason = f"RELOCATING: {relocation.message}"
+        event(
+            EventKind.RELOCATING,
+            relocation.job_id,
+            relocation_words(relocation),
+            instance_type_id=index.type_ids.get(relocation.instance_type),
+            instances=relocation.instance_count,
+        )
+        stop(
+            relocation.job_id,
+            status=JobStatus.RUNNABLE,
+            reason=reason,
+            graceful=relocation.graceful,
+            why=reason,
+            words=relocation.message,
+        )
+        if relocation.graceful:
+            row(relocation.job_id).update(
+                nominated_entry=relocation.entry_index, nominated_victims=[relocation.job_id]
+            )
 
     for timeout in decisions.timeouts:
         job = row(timeout.job_id)

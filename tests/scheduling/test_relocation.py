@@ -1,0 +1,117 @@
+"""Relocation through the database: a running job that fell back moves onto its team's plan once it has room,
+stopping gracefully, waiting nominated (the plan earmarked for it), and placed there on a new attempt."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling.models import Event, EventKind, Job, JobAttempt, JobStatus, QuotaShare, ServiceEnvironment
+from scheduling.passes import run as passes
+from scheduling.services import executor as executor_services
+from tests.factories import (
+    JobQueueFactory,
+    ServiceEnvironmentFactory,
+    environment_with,
+    job_in,
+    plan_for,
+    share_with,
+)
+
+pytestmark = pytest.mark.django_db
+
+P5, P4 = "ml.p5.48xlarge", "ml.p4d.24xlarge"
+
+
+@pytest.fixture
+def queue():
+    environment = ServiceEnvironmentFactory(
+        name="gpu-hosts",
+        executor=ServiceEnvironment.Executor.EXTERNAL,
+        stop_grace_seconds=60,
+        lease_seconds=300,
+    )
+    queue = JobQueueFactory(
+        name="training", service_environment=environment, relocation_min_runtime_seconds=0
+    )
+    environment_with(queue, {P4: 4, P5: 0})
+    return queue
+
+
+def run_pass(queue):
+    return passes.queue_pass_run(job_queue_id=queue.pk, trigger="test")
+
+
+def running(job: Job) -> Job:
+    """The executor takes the job and reports it running."""
+    job.refresh_from_db()
+    now = timezone.now()
+    job.taken_at, job.lease_expires_at = now, now + timedelta(seconds=300)
+    job.save(update_fields=["taken_at", "lease_expires_at"])
+    executor_services.job_report(job_id=job.pk, attempt=job.attempt, status="RUNNING")
+    job.refresh_from_db()
+    return job
+
+
+def test_a_job_that_fell_back_moves_onto_the_plan_once_it_has_room(queue):
+    nlp = share_with(queue, "nlp", {P4: 4}, strategy=QuotaShare.Strategy.RESERVE)
+    plan = plan_for(queue, "dec-p5", P5, 4)
+    holder = job_in(nlp, [(P5, 4, plan)], name="holder")
+    run_pass(queue)
+    job = job_in(nlp, [(P5, 4, plan), (P4, 4)], name="pretrain", relocate=True)
+    run_pass(queue)
+    job = running(job)
+    assert (job.selected_instance_type.name, job.selected_training_plan) == (P4, None)
+
+    holder.refresh_from_db()
+    executor_services.job_report(job_id=holder.pk, attempt=holder.attempt, status="SUCCEEDED")
+    run_pass(queue)
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPING and job.stop_outcome == JobStatus.RUNNABLE
+    assert job.stop_reason.startswith("RELOCATING: moving to training plan dec-p5: 4 instances free")
+    assert (job.nominated_entry, job.nominated_victims) == (0, [job.pk])
+    assert job.preemption_count == 0 and job.failed_attempts == 0
+    [event] = Event.objects.filter(job=job, kind=EventKind.RELOCATING)
+    assert event.message.startswith(
+        f"relocating from {P4} x4 on-demand (entry 2) to {P5} x4 training plan dec-p5 (entry 1)"
+    )
+
+    # While it stops, a newcomer asking for the plan does not get it: the plan is earmarked.
+    newcomer = job_in(nlp, [(P5, 4, plan)], name="newcomer")
+    run_pass(queue)
+    newcomer.refresh_from_db()
+    assert newcomer.status == JobStatus.RUNNABLE
+
+    executor_services.job_report(job_id=job.pk, attempt=job.attempt, status="STOPPED")
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNABLE and job.nominated_entry == 0
+    run_pass(queue)
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.SCHEDULED and job.attempt == 2
+    assert job.selected_training_plan == plan and job.nominated_entry is None
+    attempts = list(JobAttempt.objects.filter(job=job).order_by("attempt"))
+    assert [a.training_plan_id for a in attempts] == [None, plan.pk]
+    assert attempts[0].status_reason.startswith("RELOCATING: moving to training plan dec-p5")
+    newcomer.refresh_from_db()
+    assert newcomer.status == JobStatus.RUNNABLE
+
+
+def test_a_job_without_relocate_stays_where_it_fell_back(queue):
+    nlp = share_with(queue, "nlp", {P4: 4}, strategy=QuotaShare.Strategy.RESERVE)
+    plan = plan_for(queue, "dec-p5", P5, 4)
+    holder = job_in(nlp, [(P5, 4, plan)], name="holder")
+    run_pass(queue)
+    job = job_in(nlp, [(P5, 4, plan), (P4, 4)], name="pretrain")
+    run_pass(queue)
+    job = running(job)
+    holder.refresh_from_db()
+    executor_services.job_report(job_id=holder.pk, attempt=holder.attempt, status="SUCCEEDED")
+
+    run_pass(queue)
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and not Event.objects.filter(kind=EventKind.RELOCATING).exists()
