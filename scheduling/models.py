@@ -195,7 +195,12 @@ class IdleCapacityAssignment(models.TextChoices):
 
 
 # Settings a form may leave out: left blank, they keep the model's default (or the value already saved).
-OPTIONAL_SETTINGS = ("idle_capacity_assignment", "preemption_min_runtime_seconds", "fair_share_weight")
+OPTIONAL_SETTINGS = (
+    "idle_capacity_assignment",
+    "preemption_min_runtime_seconds",
+    "relocation_min_runtime_seconds",
+    "fair_share_weight",
+)
 
 IDLE_CAPACITY_ASSIGNMENT_HELP = (
     "Who gets idle capacity among borrowers: FIFO = earliest submission (AWS); "
@@ -521,6 +526,13 @@ class Job(models.Model):
                 name="job_stopping_has_deadline_and_outcome",
             ),
         ]
+
+    @property
+    def relocating_to(self) -> int | None:
+        """The 1-based preference a relocated job moves to while it stops and waits for it (None otherwise)."""
+        if self.nominated_entry is not None and self.nominated_victims == [self.pk]:
+            return self.nominated_entry + 1
+        return None
 
     def __str__(self) -> str:
         return f"{self.name} (#{self.pk})"

@@ -12,6 +12,7 @@ from portal.params import MAX_STORED_INT, int_param
 from scheduling import rules
 from scheduling.models import (
     MAX_ATTEMPT_DURATION_SECONDS,
+    RELOCATE_HELP,
     MAX_PREFERENCES,
     InstanceType,
     QuotaShare,
@@ -73,6 +74,11 @@ class JobForm(forms.Form):
         required=False,
         label="Attempt duration seconds",
         help_text="An attempt placed longer is stopped and counts as failed; blank: no limit.",
+    )
+    relocate = forms.BooleanField(
+        required=False,
+        label="Move to an earlier preference when it frees",
+        help_text=RELOCATE_HELP,
     )
     payload = ShallowJSONField(
         initial=dict,
@@ -210,6 +216,7 @@ def job_submission(
         max_pending_seconds=data["max_pending_seconds"],
         duration_seconds=data["duration_seconds"],
         attempt_duration_seconds=data["attempt_duration_seconds"],
+        relocate=data["relocate"],
         payload=data["payload"],
         client_token=data["client_token"] or None,
     )
