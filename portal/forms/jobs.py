@@ -12,8 +12,8 @@ from portal.params import MAX_STORED_INT, int_param
 from scheduling import rules
 from scheduling.models import (
     MAX_ATTEMPT_DURATION_SECONDS,
-    RELOCATE_HELP,
     MAX_PREFERENCES,
+    RELOCATE_HELP,
     InstanceType,
     QuotaShare,
     State,
