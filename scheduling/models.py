@@ -527,15 +527,15 @@ class Job(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
     @property
     def relocating_to(self) -> int | None:
         """The 1-based preference a relocated job moves to while it stops and waits for it (None otherwise)."""
         if self.nominated_entry is not None and self.nominated_victims == [self.pk]:
             return self.nominated_entry + 1
         return None
-
-    def __str__(self) -> str:
-        return f"{self.name} (#{self.pk})"
 
     @property
     def is_finished(self) -> bool:
