@@ -993,6 +993,8 @@ class Simulation:
             return False
         if self.settling or decisions.nominations or decisions.lapsed_nominations:
             return False  # the proof does not cover earmarks
+        if decisions.relocations:
+            return False  # more jobs may move than one pass moves
         borrowed_types = set()
         # type -> share -> the highest priority of its groups waiting with an entry on the type
         highest: dict[str, dict[int, int]] = {}

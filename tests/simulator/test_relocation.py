@@ -72,3 +72,21 @@ def test_relocation_settings_are_read_and_bounded():
     assert config_read.relocate and config_read.relocation_min_runtime_seconds == 30
     with pytest.raises(ConfigurationError, match="relocation_min_runtime_seconds"):
         configuration_from_mapping({**data, "relocation_min_runtime_seconds": 90_000}, **read)
+
+
+def test_more_jobs_than_a_pass_moves_move_in_the_passes_after_it_exactly_as_on_the_whole_queue():
+    setup = config(
+        share("a", big=3),
+        plans=(plan("p", BIG, 3, -3600, 10 * 3600, "a"),),
+        relocate=True,
+        relocation_min_runtime_seconds=0,
+        max_relocations_per_pass=1,
+    )
+    holders = [job(i, "a", 0, 1000, (BIG, 1, "p")) for i in (1, 2, 3)]
+    fallen = [job(i, "a", 60, 3000, (BIG, 1, "p"), (BIG, 1)) for i in (4, 5, 6)]
+
+    result = simulate(setup, holders + fallen, start=T0, check=True, verify_shortcuts=True)
+
+    moves = [(r.pass_index, r.job_id) for r in result.records if r.kind == Kind.RELOCATING]
+    assert [job_id for _, job_id in moves] == [4, 5, 6]
+    assert [index for index, _ in moves] == [moves[0][0], moves[0][0] + 1, moves[0][0] + 2]
