@@ -81,7 +81,11 @@ def test_the_earmark_on_the_plan_keeps_a_newcomer_off_it_while_the_job_stops():
     decisions = schedule(replace(stopping, jobs=stopping.jobs + (newcomer,)))
 
     assert admitted(decisions) == {}
-    assert "dec-p5" in [p for p in decisions.pending if p.job_id == 2][0].reason
+    [pending] = [p for p in decisions.pending if p.job_id == 2]
+    assert (
+        pending.reason
+        == f"{P5} x4 on plan dec-p5: plan dec-p5 full 0/4 (4 earmarked for jobs moving onto it)"
+    )
 
 
 def test_no_move_onto_capacity_a_waiting_job_asks_for():
