@@ -8,7 +8,16 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling.models import Event, EventKind, Job, JobAttempt, JobStatus, QuotaShare, ServiceEnvironment
+from scheduling.models import (
+    Event,
+    EventKind,
+    Executor,
+    Job,
+    JobAttempt,
+    JobStatus,
+    QuotaShare,
+    ServiceEnvironment,
+)
 from scheduling.passes import run as passes
 from scheduling.services import executor as executor_services
 from tests.factories import (
@@ -115,3 +124,28 @@ def test_a_job_without_relocate_stays_where_it_fell_back(queue):
 
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and not Event.objects.filter(kind=EventKind.RELOCATING).exists()
+
+
+def test_an_executor_hears_of_a_move_as_of_any_stop_and_then_starts_the_new_attempt(queue):
+    """The reference agent needs nothing new: the move is a stop in `stop`, then a new attempt in `start`."""
+    host = Executor.objects.create(service_environment=queue.service_environment, name="host-1")
+    nlp = share_with(queue, "nlp", {P4: 4}, strategy=QuotaShare.Strategy.RESERVE)
+    plan = plan_for(queue, "dec-p5", P5, 4)
+    holder = job_in(nlp, [(P5, 4, plan)], name="holder")
+    job = job_in(nlp, [(P5, 4, plan), (P4, 4)], name="pretrain", relocate=True)
+    run_pass(queue)
+
+    def work():
+        taken = executor_services.executor_work_take(environment=queue.service_environment, executor=host)
+        return [(j["id"], j["attempt"]) for j in taken.start], [(j["id"], j["attempt"]) for j in taken.stop]
+
+    assert work() == ([(holder.pk, 1), (job.pk, 1)], [])
+    for started in (holder, job):
+        executor_services.job_report(job_id=started.pk, attempt=1, status="RUNNING")
+    executor_services.job_report(job_id=holder.pk, attempt=1, status="SUCCEEDED")
+    run_pass(queue)
+
+    assert work() == ([], [(job.pk, 1)])
+    executor_services.job_report(job_id=job.pk, attempt=1, status="STOPPED")
+    run_pass(queue)
+    assert work() == ([(job.pk, 2)], [])
