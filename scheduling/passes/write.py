@@ -118,6 +118,25 @@ def decisions_log(*, job_queue: JobQueue, decisions: et.Decisions, index: Index)
                 "training_plan": d.training_plan,
             },
         )
+    for r in decisions.relocations:
+        decision_logger.info(
+            "relocate queue=%s share=%s job=%s %s",
+            job_queue.name,
+            share(r.share_id),
+            r.job_id,
+            relocation_words(r),
+            extra={
+                "queue": job_queue.name,
+                "share": share(r.share_id),
+                "job": r.job_id,
+                "decision": "relocate",
+                "instance_type": r.instance_type,
+                "instances": r.instance_count,
+                "training_plan": r.training_plan,
+                "entry": r.entry_index + 1,
+                "from_entry": r.from_entry_index + 1,
+            },
+        )
     for t in decisions.timeouts:
         decision_logger.info(
             "timeout queue=%s share=%s job=%s %s",

@@ -3,6 +3,7 @@ stopping gracefully, waiting nominated (the plan earmarked for it), and placed t
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -64,7 +65,7 @@ def running(job: Job) -> Job:
     return job
 
 
-def test_a_job_that_fell_back_moves_onto_the_plan_once_it_has_room(queue):
+def test_a_job_that_fell_back_moves_onto_the_plan_once_it_has_room(queue, caplog):
     nlp = share_with(queue, "nlp", {P4: 4}, strategy=QuotaShare.Strategy.RESERVE)
     plan = plan_for(queue, "dec-p5", P5, 4)
     holder = job_in(nlp, [(P5, 4, plan)], name="holder")
@@ -76,8 +77,11 @@ def test_a_job_that_fell_back_moves_onto_the_plan_once_it_has_room(queue):
 
     holder.refresh_from_db()
     executor_services.job_report(job_id=holder.pk, attempt=holder.attempt, status="SUCCEEDED")
-    run_pass(queue)
+    with caplog.at_level(logging.INFO, logger="quotaportal.scheduling.decisions"):
+        run_pass(queue)
 
+    [logged] = [r for r in caplog.records if getattr(r, "decision", None) == "relocate"]
+    assert (logged.job, logged.from_entry, logged.entry, logged.training_plan) == (job.pk, 2, 1, "dec-p5")
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPING and job.stop_outcome == JobStatus.RUNNABLE
     assert job.stop_reason.startswith("RELOCATING: moving to training plan dec-p5: 4 instances free")
