@@ -158,6 +158,7 @@ def usage_after(snap: et.Snapshot, decisions: et.Decisions) -> dict[tuple[int, s
     # A graceful victim is STOPPING: it holds its instances until it has stopped.
     stopped = {p.job_id for p in decisions.preemptions if not p.graceful}
     stopped |= {d.job_id for d in decisions.drains if not d.graceful}
+    stopped |= {r.job_id for r in decisions.relocations if not r.graceful}  # placed again by an admission
     usage: dict[tuple[int, str], int] = {}
     for job in snap.jobs:
         placement = job.placement

@@ -20,6 +20,7 @@ from scheduling.models import (
     ServiceEnvironment,
 )
 from scheduling.passes import run as passes
+from scheduling.passes.write import usage_after
 from scheduling.services import executor as executor_services
 from tests.factories import (
     JobQueueFactory,
@@ -153,3 +154,26 @@ def test_an_executor_hears_of_a_move_as_of_any_stop_and_then_starts_the_new_atte
     executor_services.job_report(job_id=job.pk, attempt=1, status="STOPPED")
     run_pass(queue)
     assert work() == ([(job.pk, 2)], [])
+
+
+def test_the_usage_sample_counts_a_job_moved_at_once_on_its_new_entry_only():
+    from engine import Entry, Job, Placement, Share, Snapshot, Strategy, schedule
+    from engine import JobStatus as EngineStatus
+
+    nlp = Share(id=1, name="nlp", strategy=Strategy.RESERVE, limits={P4: 4, P5: 4})
+    now = timezone.now()
+    job = Job(
+        id=1,
+        share_id=1,
+        priority=0,
+        submitted_at=now - timedelta(hours=2),
+        entries=(Entry(P5, 4), Entry(P4, 4)),
+        status=EngineStatus.RUNNING,
+        placement=Placement(P4, 4, None, now - timedelta(hours=1)),
+        relocate=True,
+    )
+    snap = Snapshot(now=now, capacity={P4: 4, P5: 4}, shares=(nlp,), jobs=(job,))
+    decisions = schedule(snap)
+    assert [(r.job_id, r.graceful) for r in decisions.relocations] == [(1, False)]
+
+    assert usage_after(snap, decisions) == {(1, P5): 4}
