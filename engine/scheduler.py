@@ -8,6 +8,10 @@ until they are gone, is nominated for them alone; jobs nominated by earlier pass
 preempts again on their behalf. A nominee that fits on free capacity is placed at once. Instances held by
 STOPPING jobs that are no nominee's victims are held for nobody: a job that would fit once they are gone
 waits for them, RUNNABLE (`fit.fits_once_freed`). See docs/engine-graceful-stops.md.
+
+Relocation (SPEC 3.6, `relocation.py`): after the heads are placed, running jobs that opted in may move to an
+earlier entry; a moved job is nominated there as a preemptor is, its entry earmarked (on a plan too) while it
+stops. See docs/relocation.md.
 """
 
 from __future__ import annotations
