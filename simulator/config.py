@@ -64,6 +64,10 @@ class ShareConfig:
     fair_share_weight: Decimal = Decimal(1)
 
 
+DEFAULT_RELOCATION_MIN_RUNTIME_SECONDS = 600
+DEFAULT_MAX_RELOCATIONS_PER_PASS = 4
+
+
 @dataclass(frozen=True)
 class PlanConfig:
     """A training plan: `instance_count` instances of one type for [start, end); `shares` empty = all."""
@@ -96,8 +100,8 @@ class Configuration:
     preemption_min_runtime_seconds: int = 0
     # Relocation (docs/relocation.md): every job opts in, and a moved job resumes from its checkpoint.
     relocate: bool = False
-    relocation_min_runtime_seconds: int = 600
-    max_relocations_per_pass: int = 4
+    relocation_min_runtime_seconds: int = DEFAULT_RELOCATION_MIN_RUNTIME_SECONDS
+    max_relocations_per_pass: int = DEFAULT_MAX_RELOCATIONS_PER_PASS
 
     def gpus_of(self, instance_type: str) -> int:
         """GPUs per instance: the configuration's table, then the known types; an unknown type counts 1."""

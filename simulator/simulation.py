@@ -81,6 +81,7 @@ class SimJob:
     preemption_retries_before_termination: int | None = None
     cancelled_at: float | None = None
     gpus: int = 0  # GPUs the job asked for, as the trace says (0: not known)
+    relocate: bool = False  # it may move to an earlier entry (the configuration's `relocate` lets every job)
 
 
 class Kind:
@@ -247,7 +248,7 @@ class Snapshots:
             idle_capacity_assignment=sim.config.idle_capacity_assignment,
             preemption_min_runtime_seconds=sim.config.preemption_min_runtime_seconds,
             relocation_min_runtime_seconds=sim.config.relocation_min_runtime_seconds,
-            max_relocations_per_pass=sim.config.max_relocations_per_pass if sim.config.relocate else 0,
+            max_relocations_per_pass=sim.config.max_relocations_per_pass if sim.may_relocate else 0,
         )
 
 
@@ -338,6 +339,7 @@ class Simulation:
         # Running jobs that may move to an earlier entry: while there are any, every pass runs on the whole
         # queue (the shortcuts' proofs do not cover relocation) and no pass is skipped after an event.
         self.relocatable: set[int] = set()
+        self.may_relocate = configuration.relocate or any(job.relocate for job in jobs)
         self.wakes: list[tuple[float, bool]] = []  # (time, only a pass strictly after sees it)
         for plan in configuration.plans:
             for boundary in (plan.start, plan.end - configuration.plan_drain_seconds, plan.end):
@@ -635,7 +637,7 @@ class Simulation:
             max_pending_seconds=job.max_pending_seconds,
             preemption_count=outcome.preemptions,
             preemption_retries_before_termination=job.preemption_retries_before_termination,
-            relocate=self.config.relocate,
+            relocate=self.config.relocate or job.relocate,
             nomination=(
                 None
                 if outcome.relocating_to is None
@@ -955,7 +957,7 @@ class Simulation:
         if job.duration is not None:
             left = max(0.0, job.duration - outcome.done_seconds)
             heapq.heappush(self.completions, (now + self.startup + left, job.id, outcome.attempt))
-        if self.config.relocate and admission.entry_index > 0:
+        if (self.config.relocate or job.relocate) and admission.entry_index > 0:
             self.relocatable.add(job.id)
             # Once it has run long enough (and is no longer protected) a pass may move it: time alone.
             wait = max(self.config.relocation_min_runtime_seconds, self.config.preemption_min_runtime_seconds)

@@ -90,3 +90,16 @@ def test_more_jobs_than_a_pass_moves_move_in_the_passes_after_it_exactly_as_on_t
     moves = [(r.pass_index, r.job_id) for r in result.records if r.kind == Kind.RELOCATING]
     assert [job_id for _, job_id in moves] == [4, 5, 6]
     assert [index for index, _ in moves] == [moves[0][0], moves[0][0] + 1, moves[0][0] + 2]
+
+
+def test_jobs_that_opted_in_move_and_the_others_stay_when_the_configuration_lets_nobody():
+    setup = config(share("a", big=2), plans=(plan("p", BIG, 2, -3600, 10 * 3600, "a"),))
+    holders = [job(i, "a", 0, 1000, (BIG, 1, "p")) for i in (1, 2)]
+    fallen = [
+        job(3, "a", 60, 3000, (BIG, 1, "p"), (BIG, 1), relocate=True),
+        job(4, "a", 60, 3000, (BIG, 1, "p"), (BIG, 1)),
+    ]
+
+    result = simulate(setup, holders + fallen, start=T0, check=True, verify_shortcuts=True)
+
+    assert (result.outcomes[3].relocations, result.outcomes[4].relocations) == (1, 0)
