@@ -24,7 +24,14 @@ from engine import PLACED_STATUSES, Decisions, Entry, JobStatus, Snapshot, Strat
 from .builders import apply_decisions
 from .model import ModelDecisions, model_pass
 from .oracle import limit, on_demand_usage
-from .test_properties import between_passes, executors_at_work, new_jobs, placed_jobs, queues
+from .test_properties import (
+    between_passes,
+    check_graceful_pass,
+    executors_at_work,
+    new_jobs,
+    placed_jobs,
+    queues,
+)
 
 PASSES = 5
 
@@ -201,6 +208,7 @@ def relocation_passes(queue: Snapshot, rng: random.Random, passes: int = 10) -> 
         decisions = schedule(snap)
         assert engine_decisions(decisions) == model_pass(snap)
         check_relocations(snap, decisions, stopping)
+        check_graceful_pass(snap, decisions, apply_decisions(snap, decisions))
         moved.update("graceful" if r.graceful else "at once" for r in decisions.relocations)
         moved.update("onto a plan" for r in decisions.relocations if r.training_plan is not None)
         snap = apply_decisions(snap, decisions)
