@@ -769,6 +769,7 @@ class SchedulingPass(models.Model):
     preempted_limit_reduced = models.PositiveIntegerField(default=0)
     plan_drains = models.PositiveIntegerField(default=0)
     timeouts = models.PositiveIntegerField(default=0)
+    relocations = models.PositiveIntegerField(default=0)
     trigger = models.CharField(max_length=32, default="beat")
 
     class Meta:

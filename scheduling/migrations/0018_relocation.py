@@ -21,6 +21,11 @@ class Migration(migrations.Migration):
             name='relocation_min_runtime_seconds',
             field=models.PositiveIntegerField(default=600, help_text='Seconds a job that may be relocated runs on an attempt before it may move to an earlier entry of its list (0..86,400).', validators=[django.core.validators.MaxValueValidator(86400)]),
         ),
+        migrations.AddField(
+            model_name='schedulingpass',
+            name='relocations',
+            field=models.PositiveIntegerField(default=0),
+        ),
         migrations.AlterField(
             model_name='event',
             name='kind',

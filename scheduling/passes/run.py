@@ -133,6 +133,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         preempted_limit_reduced=stats.preemptions.get(et.PreemptionKind.LIMIT_REDUCED, 0),
         plan_drains=stats.plan_drains,
         timeouts=stats.timeouts,
+        relocations=stats.relocations,
     )
     return PassOutcome(
         admitted=admitted,

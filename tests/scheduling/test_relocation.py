@@ -17,6 +17,7 @@ from scheduling.models import (
     JobAttempt,
     JobStatus,
     QuotaShare,
+    SchedulingPass,
     ServiceEnvironment,
 )
 from scheduling.passes import run as passes
@@ -81,6 +82,7 @@ def test_a_job_that_fell_back_moves_onto_the_plan_once_it_has_room(queue, caplog
     with caplog.at_level(logging.INFO, logger="quotaportal.scheduling.decisions"):
         run_pass(queue)
 
+    assert SchedulingPass.objects.filter(job_queue=queue).latest("started_at", "id").relocations == 1
     [logged] = [r for r in caplog.records if getattr(r, "decision", None) == "relocate"]
     assert (logged.job, logged.from_entry, logged.entry, logged.training_plan) == (job.pk, 2, 1, "dec-p5")
     job.refresh_from_db()
