@@ -19,7 +19,7 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import PLACED_STATUSES, Decisions, Entry, JobStatus, Snapshot, Strategy, schedule
+from engine import PLACED_STATUSES, Decisions, Entry, JobStatus, Placement, Snapshot, Strategy, schedule
 
 from .builders import apply_decisions
 from .model import ModelDecisions, model_pass
@@ -261,6 +261,11 @@ def check_relocations(snap: Snapshot, decisions: Decisions, stopping: dict[int, 
         if quiet and snap.queue_enabled and not ending:
             assert job_id in admitted and admitted[job_id].entry_index <= job.nomination.entry_index
         del stopping[job_id]
+    # Borrowing is read on what the pass left when it came to the moves: its decisions up to the first
+    # admission of a job moved at once (the sweep after the moves comes later), then each move in turn.
+    moved_at_once = {r.job_id for r in decisions.relocations if not r.graceful}
+    cut = next((i for i, a in enumerate(decisions.admissions) if a.job_id in moved_at_once), None)
+    left = apply_decisions(snap, replace(decisions, relocations=[], admissions=decisions.admissions[:cut]))
     for move in decisions.relocations:
         job = jobs[move.job_id]
         assert job.status == JobStatus.RUNNING and move.job_id not in stopping
@@ -270,10 +275,15 @@ def check_relocations(snap: Snapshot, decisions: Decisions, stopping: dict[int, 
         else:
             assert (target.instance_type, None) not in asked
         share = next(s for s in snap.shares if s.id == job.share_id)
-        usage = on_demand_usage(replace(snap, jobs=tuple(j for j in snap.jobs if j.id != job.id)))
+        usage = on_demand_usage(replace(left, jobs=tuple(j for j in left.jobs if j.id != job.id)))
         assert borrows(share, usage, target) <= borrows(share, usage, job.entries[move.from_entry_index])
         if move.graceful:
             stopping[move.job_id] = True
+        else:  # it holds its new entry for the moves after it
+            placement = Placement(target.instance_type, target.instance_count, target.training_plan, snap.now)
+            left = replace(
+                left, jobs=tuple(replace(j, placement=placement) if j.id == job.id else j for j in left.jobs)
+            )
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
