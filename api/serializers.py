@@ -262,6 +262,7 @@ class JobQueueSerializer(StrictModelSerializer):
             "ordering",
             "idle_capacity_assignment",
             "preemption_min_runtime_seconds",
+            "relocation_min_runtime_seconds",
         ]
 
 
@@ -537,6 +538,7 @@ class JobSerializer(StrictModelSerializer):
             "max_pending_seconds",
             "duration_seconds",
             "attempt_duration_seconds",
+            "relocate",
             "payload",
             "client_token",
             "submitted_via",

@@ -2,8 +2,9 @@
 
 The modules follow the pass (SPEC section 3): `capacity` (working state, invariants A-C), `housekeeping`
 (drain, timeout, LIMIT_REDUCED), `order` (share queues and heads), `fit` (preference evaluation without
-preemption), `preemption` (victims with put-back), `reasons` and `messages` (the words), `scheduler` (the
-pass itself), `synthetic` (a seeded busy queue for benchmarks).
+preemption), `preemption` (victims with put-back), `relocation` (running jobs moving to an earlier entry),
+`reasons` and `messages` (the words), `scheduler` (the pass itself), `synthetic` (a seeded busy queue for
+benchmarks).
 """
 
 from .scheduler import schedule
@@ -30,6 +31,7 @@ from .types import (
     Plan,
     Preemption,
     PreemptionKind,
+    Relocation,
     Share,
     Snapshot,
     Strategy,
@@ -59,6 +61,7 @@ __all__ = [
     "Plan",
     "Preemption",
     "PreemptionKind",
+    "Relocation",
     "Share",
     "Snapshot",
     "Strategy",

@@ -16,7 +16,7 @@ from datetime import datetime
 from .budgets import stops_borrowing
 from .candidates import Candidates
 from .ceilings import reserved_capacity, share_ceiling
-from .types import PLACED_STATUSES, Job, JobStatus, Placement, Plan, Share, Snapshot
+from .types import PLACED_STATUSES, Entry, Job, JobStatus, Placement, Plan, Share, Snapshot
 
 
 def victim_key(job: Job, placement: Placement) -> tuple[int, float, int]:
@@ -151,6 +151,8 @@ class WorkingState:
             share.id: sum(share.limits.values()) for share in self.shares.values()
         }
         self.plan_in_use: dict[str, int] = {}
+        # Per plan, instances earmarked for jobs nominated on a plan entry (relocations, SPEC 3.6).
+        self.plan_earmarked: dict[str, int] = {}
         self.plan_jobs: dict[str, list[Job]] = {}
         self.placements: dict[int, Placement] = {}
         self.placed_in_pass: set[int] = set()
@@ -261,7 +263,9 @@ class WorkingState:
         return self.share_usage[share_id] < self.share_limit[share_id]
 
     def plan_free(self, plan: Plan) -> int:
-        return plan.instance_count - self.plan_in_use.get(plan.name, 0)
+        return (
+            plan.instance_count - self.plan_in_use.get(plan.name, 0) - self.plan_earmarked.get(plan.name, 0)
+        )
 
     def settled_usage(self, holding: Holding) -> int:
         """The share's usage of the type once STOPPING jobs are gone and its nominated jobs are placed."""
@@ -351,6 +355,16 @@ class WorkingState:
         self.ledgers[instance_type].earmarked += count
         self.no_fit.forget(instance_type)
         self.no_preemption.forget(instance_type)
+
+    def earmark_entry(self, share_id: int, entry: Entry, count: int) -> None:
+        """`earmark` for an entry: on a training plan, `count` of the plan's instances are held back (or given
+        up) for the nominated job; on-demand, as `earmark`."""
+        if entry.training_plan is None:
+            self.earmark(share_id, entry.instance_type, count)
+            return
+        name = entry.training_plan
+        self.plan_earmarked[name] = self.plan_earmarked.get(name, 0) + count
+        self._touch_plans()
 
     def release(self, job: Job) -> Placement:
         """Free the capacity `job` holds; it is stopped for the rest of the pass."""

@@ -141,6 +141,9 @@ class PendingReasons:
             held = state.plan_in_use.get(name, 0)
             if entry.instance_count > plan.instance_count:
                 return f"plan {name} has only {plan.instance_count} instances"
+            earmarked = state.plan_earmarked.get(name, 0)
+            if earmarked:  # held for jobs moving onto it (relocation.py) until they are placed
+                return f"plan {name} full {held}/{plan.instance_count} ({earmarked} earmarked for jobs moving onto it)"
             return f"plan {name} full {held}/{plan.instance_count}"
         return f"plan {name} had no room at this job's turn (it is placed next pass)"
 

@@ -8,6 +8,10 @@ until they are gone, is nominated for them alone; jobs nominated by earlier pass
 preempts again on their behalf. A nominee that fits on free capacity is placed at once. Instances held by
 STOPPING jobs that are no nominee's victims are held for nobody: a job that would fit once they are gone
 waits for them, RUNNABLE (`fit.fits_once_freed`). See docs/engine-graceful-stops.md.
+
+Relocation (SPEC 3.6, `relocation.py`): after the heads are placed, running jobs that opted in may move to an
+earlier entry; a moved job is nominated there as a preemptor is, its entry earmarked (on a plan too) while it
+stops. See docs/relocation.md.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from .reasons import (
     share_disabled_reason,
 )
 from .refusals import Refusals
+from .relocation import hold_relocation_earmarks, is_relocation, relocate
 from .types import (
     Admission,
     Decisions,
@@ -66,6 +71,7 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
     """
     state = WorkingState(snapshot)
     run = PassRun(state)
+    run.nomination_holds.update(hold_relocation_earmarks(state))
     drained = drain_expiring_plans(state, run.decisions)
     timed_out = time_out_pending_jobs(state, run.decisions)
     restore_capacity_limits(state, run.decisions)
@@ -85,6 +91,8 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
         left = run.place_in_order(share_queues(schedulable), allow_preemption=True)
         if run.placed_at_once or any(p.preemptor_job_id is not None for p in run.decisions.preemptions):
             left = run.sweep(left)
+        if relocate(state, run.decisions, runnable, run.admit):
+            left = run.sweep(left)  # a job moved at once freed its old entry
     run.lapse_nominations(
         job.id for job in state.jobs if job.nomination is not None and job.id not in run.nomination_holds
     )
@@ -100,9 +108,12 @@ def starts_jobs(share: Share) -> bool:
 
 
 def nomination_still_valid(state: WorkingState, job: Job) -> bool:
-    """A nomination lapses at once when its entry is gone or on a plan (its share and queue are enabled)."""
+    """A nomination lapses at once when its entry is gone or on a plan (its share and queue are enabled);
+    a relocation's nomination (the job its own one victim) may name a plan entry."""
     index = job.nomination.entry_index
-    return 0 <= index < len(job.entries) and job.entries[index].training_plan is None
+    if not 0 <= index < len(job.entries):
+        return False
+    return job.entries[index].training_plan is None or is_relocation(job)
 
 
 def victims_still_stopping(state: WorkingState, job: Job) -> list[int]:
@@ -145,7 +156,7 @@ class PassRun:
         valid = [job for job in nominated if nomination_still_valid(state, job)]
         for job in valid:
             entry = job.entries[job.nomination.entry_index]
-            state.earmark(job.share_id, entry.instance_type, entry.instance_count)
+            state.earmark_entry(job.share_id, entry, entry.instance_count)
             state.claim(job.id, entry.instance_type, victims_still_stopping(state, job))
         placed: set[int] = set()
         # The order of SPEC 3.2, FAIR_SHARE included, kept current as each nominated job is placed.
@@ -162,7 +173,7 @@ class PassRun:
         self.considered.add(job.id)
         entry = job.entries[job.nomination.entry_index]
         stopping = victims_still_stopping(state, job)
-        state.earmark(job.share_id, entry.instance_type, -entry.instance_count)
+        state.earmark_entry(job.share_id, entry, -entry.instance_count)
         state.unclaim(job.id, entry.instance_type, stopping)
         fit = first_fit_without_preemption(state, job)
         if fit is not None:
@@ -178,7 +189,7 @@ class PassRun:
     def hold_earmark(self, job: Job, entry_index: int, victim_ids: list[int]) -> None:
         """The job waits, nominated on the entry, for its own STOPPING victims."""
         entry = job.entries[entry_index]
-        self.state.earmark(job.share_id, entry.instance_type, entry.instance_count)
+        self.state.earmark_entry(job.share_id, entry, entry.instance_count)
         self.state.claim(job.id, entry.instance_type, victim_ids)
         if job.id not in self.waiting:
             self.nominee_shares[job.share_id] = self.nominee_shares.get(job.share_id, 0) + 1
@@ -190,7 +201,7 @@ class PassRun:
         state = self.state
         entry_index, victim_ids = self.waiting[job.id]
         entry = job.entries[entry_index]
-        state.earmark(job.share_id, entry.instance_type, -entry.instance_count)
+        state.earmark_entry(job.share_id, entry, -entry.instance_count)
         state.unclaim(job.id, entry.instance_type, victim_ids)
         fit = first_fit_without_preemption(state, job)
         if fit is None:
@@ -429,6 +440,7 @@ def pass_stats(decisions: Decisions, considered: set[int]) -> PassStats:
             stats.placed_within_quota += 1
         if admission.entry_index > 0:
             stats.fallbacks += 1
+    stats.relocations = len(decisions.relocations)
     for preemption in decisions.preemptions:
         stats.preemptions[preemption.kind.value] += 1
     return stats

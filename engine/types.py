@@ -152,8 +152,10 @@ class Job:
     `submitted_at` orders the queue and survives preemption; `runnable_since` is when the job last became
     RUNNABLE and is what `max_pending_seconds` is measured from. `taken`: the executor has taken the job, so a
     stop is graceful (STOPPING until `stop_deadline`). `nomination`: set on a RUNNABLE job an earlier pass
-    preempted for, while its victims stop. `name` and `team_id` serve the words only (`messages.job_label`): a
-    text about a job names the jobs of its own team and gives another team's jobs by number.
+    preempted for, while its victims stop; and on a job being relocated (`relocation.py`), while it is STOPPING
+    and once it is RUNNABLE, naming the entry it moves to and itself as the one victim. `name` and `team_id`
+    serve the words only (`messages.job_label`): a text about a job names the jobs of its own team and gives
+    another team's jobs by number.
     """
 
     id: int
@@ -170,6 +172,8 @@ class Job:
     taken: bool = False
     stop_deadline: datetime | None = None
     nomination: Nomination | None = None
+    # SPEC 3.6: the job may be moved to an earlier entry of its list when one frees (see relocation.py).
+    relocate: bool = False
     name: str = ""
     team_id: int | None = None
     # Its place in its share's queue (SPEC 3.2: higher priority first, then earlier submission, then lower id),
@@ -194,6 +198,8 @@ class Snapshot:
     queue_enabled: bool = True
     idle_capacity_assignment: IdleCapacityAssignment = IdleCapacityAssignment.FIFO
     preemption_min_runtime_seconds: int = 0
+    relocation_min_runtime_seconds: int = 600
+    max_relocations_per_pass: int = 4
 
 
 # --- decisions -------------------------------------------------------------------------------------------
@@ -268,6 +274,29 @@ class Nominate:
 
 
 @dataclass(frozen=True, slots=True)
+class Relocation:
+    """Move RUNNING `job_id` from its entry `from_entry_index` to the earlier `entry_index` (SPEC 3.6).
+
+    `graceful`: the job was taken, so it goes STOPPING (outcome RUNNABLE, reason RELOCATING) and is nominated
+    on `entry_index`, earmarked for it until it is placed; otherwise it stopped at once and an `Admission` of
+    the same pass places it there. Not a preemption and not a failed attempt.
+    """
+
+    job_id: int
+    share_id: int
+    from_entry_index: int
+    from_instance_type: str
+    from_instance_count: int
+    from_training_plan: str | None
+    entry_index: int
+    instance_type: str
+    instance_count: int
+    training_plan: str | None
+    message: str
+    graceful: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Timeout:
     """Fail a RUNNABLE job that waited longer than its `max_pending_seconds` (PENDING_TIMEOUT)."""
 
@@ -296,6 +325,7 @@ class PassStats:
     preemptions: dict[str, int] = field(default_factory=dict)
     plan_drains: int = 0
     timeouts: int = 0
+    relocations: int = 0
 
 
 @dataclass(slots=True)
@@ -310,4 +340,5 @@ class Decisions:
     nominations: list[Nominate] = field(default_factory=list)
     # Jobs whose nomination (from the snapshot) ends in this pass without an admission or a new nomination.
     lapsed_nominations: list[int] = field(default_factory=list)
+    relocations: list[Relocation] = field(default_factory=list)
     stats: PassStats = field(default_factory=PassStats)

@@ -217,6 +217,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # --- quotaportal ----------------------------------------------------------------------------------------
 QUOTAPORTAL_AUTOPASS = envbool("QUOTAPORTAL_AUTOPASS", True)
 PLAN_DRAIN_SECONDS = envint("PLAN_DRAIN_SECONDS", 1800, minimum=0, maximum=_A_YEAR)
+# At most this many running jobs a pass move to an earlier entry of their list (docs/relocation.md); 0 = none.
+MAX_RELOCATIONS_PER_PASS = envint("MAX_RELOCATIONS_PER_PASS", 4, minimum=0, maximum=1000)
 PASS_INTERVAL_SECONDS = envint("PASS_INTERVAL_SECONDS", 5, minimum=1, maximum=3600)
 # Estimated start times (SPEC 3.5): at most one estimate run per queue this often, after passes that changed
 # something; each run stops after ESTIMATE_TIME_LIMIT_SECONDS (jobs it did not reach get "not before")

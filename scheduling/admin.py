@@ -285,6 +285,7 @@ class JobQueueAdmin(ServiceAdmin):
         "ordering",
         "idle_capacity_assignment",
         "preemption_min_runtime_seconds",
+        "relocation_min_runtime_seconds",
     )
     list_filter = ("state", "ordering", "idle_capacity_assignment")
 

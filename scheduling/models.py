@@ -224,6 +224,7 @@ class IdleCapacityAssignment(models.TextChoices):
 OPTIONAL_SETTINGS = (
     "idle_capacity_assignment",
     "preemption_min_runtime_seconds",
+    "relocation_min_runtime_seconds",
     "fair_share_weight",
     "budget_period",
     "budget_scope",
@@ -232,6 +233,15 @@ OPTIONAL_SETTINGS = (
 IDLE_CAPACITY_ASSIGNMENT_HELP = (
     "Who gets idle capacity among borrowers: FIFO = earliest submission (AWS); "
     "FAIR_SHARE = the share borrowing least for its fair-share weight."
+)
+MAX_RELOCATION_MIN_RUNTIME_SECONDS = 86_400
+RELOCATION_MIN_RUNTIME_HELP = (
+    "Seconds a job that may be relocated runs on an attempt before it may move to an earlier entry of its "
+    "list (0..86,400)."
+)
+RELOCATE_HELP = (
+    "When it runs on a later entry of its list, the job may be stopped gracefully and moved to an earlier "
+    "one once that entry has room nobody waiting asks for (it should checkpoint and resume)."
 )
 PREEMPTION_MIN_RUNTIME_HELP = (
     "Seconds a job runs after it is scheduled before reclaim or in-share preemption may stop it "
@@ -267,6 +277,11 @@ class JobQueue(models.Model):
     )
     preemption_min_runtime_seconds = models.PositiveIntegerField(
         default=0, help_text=PREEMPTION_MIN_RUNTIME_HELP
+    )
+    relocation_min_runtime_seconds = models.PositiveIntegerField(
+        default=600,
+        validators=[MaxValueValidator(MAX_RELOCATION_MIN_RUNTIME_SECONDS)],
+        help_text=RELOCATION_MIN_RUNTIME_HELP,
     )
 
     class Meta:
@@ -490,6 +505,7 @@ class Job(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
     duration_seconds = models.PositiveIntegerField(null=True, blank=True)
+    relocate = models.BooleanField(default=False, help_text=RELOCATE_HELP)
     attempt_duration_seconds = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -590,6 +606,13 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (#{self.pk})"
+
+    @property
+    def relocating_to(self) -> int | None:
+        """The 1-based preference a relocated job moves to while it stops and waits for it (None otherwise)."""
+        if self.nominated_entry is not None and self.nominated_victims == [self.pk]:
+            return self.nominated_entry + 1
+        return None
 
     @property
     def is_finished(self) -> bool:
@@ -852,6 +875,7 @@ class EventKind(models.TextChoices):
     TASK_LOST = "TASK_LOST", "task lost by its executor"
     BUDGET_WARNING = "BUDGET_WARNING", "budget 80% spent"
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED", "budget spent"
+    RELOCATING = "RELOCATING", "moving to an earlier preference"
 
 
 PREEMPTION_KINDS = (
@@ -956,6 +980,7 @@ class SchedulingPass(models.Model):
     preempted_limit_reduced = models.PositiveIntegerField(default=0)
     plan_drains = models.PositiveIntegerField(default=0)
     timeouts = models.PositiveIntegerField(default=0)
+    relocations = models.PositiveIntegerField(default=0)
     trigger = models.CharField(max_length=32, default="beat")
 
     class Meta:

@@ -85,6 +85,10 @@ class ShareConfig:
     budget: BudgetConfig | None = None
 
 
+DEFAULT_RELOCATION_MIN_RUNTIME_SECONDS = 600
+DEFAULT_MAX_RELOCATIONS_PER_PASS = 4
+
+
 @dataclass(frozen=True)
 class PlanConfig:
     """A training plan: `instance_count` instances of one type for [start, end); `shares` empty = all."""
@@ -115,6 +119,10 @@ class Configuration:
     stop_seconds: int = 0
     idle_capacity_assignment: IdleCapacityAssignment = IdleCapacityAssignment.FIFO
     preemption_min_runtime_seconds: int = 0
+    # Relocation (docs/relocation.md): every job opts in, and a moved job resumes from its checkpoint.
+    relocate: bool = False
+    relocation_min_runtime_seconds: int = DEFAULT_RELOCATION_MIN_RUNTIME_SECONDS
+    max_relocations_per_pass: int = DEFAULT_MAX_RELOCATIONS_PER_PASS
 
     def gpus_of(self, instance_type: str) -> int:
         """GPUs per instance: the configuration's table, then the known types; an unknown type counts 1."""
@@ -194,6 +202,10 @@ def validate(config: Configuration) -> Configuration:
                 problems.append(f"{where}: budget.gpu_hours must be above 0")
             if share.budget.spent_at_start < 0:
                 problems.append(f"{where}: budget.spent_at_start cannot be negative")
+    if not 0 <= config.relocation_min_runtime_seconds <= 86_400:
+        problems.append("relocation_min_runtime_seconds must be 0 to 86,400")
+    if config.max_relocations_per_pass < 0:
+        problems.append("max_relocations_per_pass cannot be negative")
     if config.preemption_min_runtime_seconds < 0:
         problems.append("preemption_min_runtime_seconds cannot be negative")
     for type_, capacity in sorted(config.capacity.items()):
@@ -330,6 +342,9 @@ def configuration_from_mapping(
         "synthetic_plans",
         "idle_capacity_assignment",
         "preemption_min_runtime_seconds",
+        "relocate",
+        "relocation_min_runtime_seconds",
+        "max_relocations_per_pass",
         "lending_fraction",
         "fair_share_weight",
     }
@@ -379,6 +394,13 @@ def configuration_from_mapping(
             ),
             preemption_min_runtime_seconds=int(
                 data.get("preemption_min_runtime_seconds", config.preemption_min_runtime_seconds)
+            ),
+            relocate=bool(data.get("relocate", config.relocate)),
+            relocation_min_runtime_seconds=int(
+                data.get("relocation_min_runtime_seconds", config.relocation_min_runtime_seconds)
+            ),
+            max_relocations_per_pass=int(
+                data.get("max_relocations_per_pass", config.max_relocations_per_pass)
             ),
         )
         if "lending_fraction" in data:
@@ -530,6 +552,9 @@ def configuration_summary(config: Configuration) -> dict[str, Any]:
         "stop_seconds": config.stop_seconds,
         "idle_capacity_assignment": str(config.idle_capacity_assignment),
         "preemption_min_runtime_seconds": config.preemption_min_runtime_seconds,
+        "relocate": config.relocate,
+        "relocation_min_runtime_seconds": config.relocation_min_runtime_seconds,
+        "max_relocations_per_pass": config.max_relocations_per_pass,
         "shares": [
             {
                 "name": s.name,

@@ -1400,10 +1400,14 @@ class ShortcutDecider:
         timeout_watch: set[int],
         verify: bool,
         settling: Set[int] = frozenset(),
+        relocatable: Set[int] = frozenset(),
         graceful_stops: bool = False,
     ):
         self.whole = whole
         self.settling = settling
+        # Running jobs that may be relocated (SPEC 3.6): no proof above covers a move, so while there are
+        # any, every pass is the whole queue's.
+        self.relocatable = relocatable
         self.graceful_stops = graceful_stops
         self.reducer = reducer
         self.unfinished = unfinished
@@ -1416,7 +1420,7 @@ class ShortcutDecider:
         self.preempting_start: tuple[bool, bool, frozenset[tuple[int, str]], bool] = _FULLY_REDUCED
 
     def decide(self, index: int, now: float) -> Decisions:
-        decisions = None if self.settling else self.decide_reduced(now)
+        decisions = None if self.settling or self.relocatable else self.decide_reduced(now)
         if decisions is None:
             return self.whole.decide(index, now)
         if self.verify:

@@ -82,6 +82,7 @@ class SimJob:
     preemption_retries_before_termination: int | None = None
     cancelled_at: float | None = None
     gpus: int = 0  # GPUs the job asked for, as the trace says (0: not known)
+    relocate: bool = False  # it may move to an earlier entry (the configuration's `relocate` lets every job)
 
 
 class Kind:
@@ -94,6 +95,7 @@ class Kind:
     PLAN_EXPIRING = "PLAN_EXPIRING"
     PENDING_TIMEOUT = "PENDING_TIMEOUT"
     NOMINATED = "NOMINATED"
+    RELOCATING = "RELOCATING"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +147,14 @@ class JobOutcome:
     placement: tuple[str, int, str | None, float] | None = None
     attempt: int = 0
     runnable_since: float = 0.0
+    # Relocation: moves, the run time its checkpoints kept (a moved job resumes; a preempted one starts over),
+    # the entry it moves to while it stops, and GPU-seconds its attempts ran on the plan it moved onto.
+    relocations: int = 0
+    done_seconds: float = 0.0
+    relocating_to: int | None = None
+    moving: bool = False  # moved, and not placed since
+    moved_onto_plan: bool = False
+    moved_onto_plan_gpu_seconds: float = 0.0
 
     @property
     def wait_seconds(self) -> float | None:
@@ -242,6 +252,8 @@ class Snapshots:
             plan_drain_seconds=sim.config.plan_drain_seconds,
             idle_capacity_assignment=sim.config.idle_capacity_assignment,
             preemption_min_runtime_seconds=sim.config.preemption_min_runtime_seconds,
+            relocation_min_runtime_seconds=sim.config.relocation_min_runtime_seconds,
+            max_relocations_per_pass=sim.config.max_relocations_per_pass if sim.may_relocate else 0,
         )
 
 
@@ -330,6 +342,10 @@ class Simulation:
         self.stop_ends: list[tuple[float, int]] = []  # (time, job id) of STOPPING jobs
         # Jobs STOPPING or nominated: while there are any, the shortcuts' proofs do not hold (see `_arrive`).
         self.settling: set[int] = set()
+        # Running jobs that may move to an earlier entry: while there are any, every pass runs on the whole
+        # queue (the shortcuts' proofs do not cover relocation) and no pass is skipped after an event.
+        self.relocatable: set[int] = set()
+        self.may_relocate = configuration.relocate or any(job.relocate for job in jobs)
         self.wakes: list[tuple[float, bool]] = []  # (time, only a pass strictly after sees it)
         for plan in configuration.plans:
             for boundary in (plan.start, plan.end - configuration.plan_drain_seconds, plan.end):
@@ -368,6 +384,7 @@ class Simulation:
                 timeout_watch=self.timeout_watch,
                 verify=verify_shortcuts,
                 settling=self.settling,
+                relocatable=self.relocatable,
                 graceful_stops=self.stop_seconds > 0,
             )
             if shortcuts
@@ -463,7 +480,7 @@ class Simulation:
                 break
             self._events_until(now)
             last_index, last_time = index, now
-            if not decided and not self.needs_pass and self.shortcuts:
+            if not decided and not self.needs_pass and self.shortcuts and not self.relocatable:
                 stats.passes_skipped_after_events += 1
                 if self.verify:
                     self._verify_nothing_to_decide(index, now)
@@ -497,6 +514,11 @@ class Simulation:
         self.meter.advance(finish)
         if self.budgets is not None:
             self.budgets.advance(finish)
+        for outcome in self.outcomes.values():  # attempts still running on a plan they moved onto
+            if outcome.moved_onto_plan and outcome.placement is not None:
+                instance_type, count, _, placed_at = outcome.placement
+                ran = max(0.0, finish - placed_at - self.startup)
+                outcome.moved_onto_plan_gpu_seconds += ran * count * self.config.gpus_of(instance_type)
         if self.progress is not None:
             self.progress(1.0)
         stats.passes_on_clock = self.clock.first_index(finish) if self.end is not None else last_index + 1
@@ -657,6 +679,12 @@ class Simulation:
             max_pending_seconds=job.max_pending_seconds,
             preemption_count=outcome.preemptions,
             preemption_retries_before_termination=job.preemption_retries_before_termination,
+            relocate=self.config.relocate or job.relocate,
+            nomination=(
+                None
+                if outcome.relocating_to is None
+                else Nomination(outcome.relocating_to, frozenset({job.id}))
+            ),
         )
 
     def _enqueue(self, job: Job) -> None:
@@ -691,6 +719,7 @@ class Simulation:
         """Free the job's capacity at `at`; returns the GPU-seconds its attempt ran."""
         job = self.unfinished[outcome.job.id]
         self.placed.remove(job)
+        self.relocatable.discard(job.id)
         instance_type, count, plan, placed_at = outcome.placement
         self.meter.change(at, job.share_id, instance_type, plan, -count)
         if self.budgets is not None:
@@ -699,6 +728,9 @@ class Simulation:
             self.checker.release(job.share_id, instance_type, plan, count)
         outcome.placement = None
         ran = max(0.0, at - placed_at - self.startup)
+        if outcome.moved_onto_plan:
+            outcome.moved_onto_plan_gpu_seconds += ran * count * self.config.gpus_of(instance_type)
+            outcome.moved_onto_plan = False
         return ran * count * self.config.gpus_of(instance_type)
 
     def _release_matters(self, instance_type: str, plan: str | None) -> bool:
@@ -735,6 +767,8 @@ class Simulation:
         outcome.status = Status.RUNNABLE
         outcome.runnable_since = now
         self._enqueue(self._runnable_job(outcome))
+        if outcome.relocating_to is not None:
+            self.settling.add(outcome.job.id)  # nominated: its new entry stays earmarked for it
 
     def _begin_stopping(self, outcome: JobOutcome, now: float, then: tuple[str, str]) -> None:
         """The executor stops the job gracefully: STOPPING for `stop_seconds`, holding its capacity."""
@@ -784,6 +818,7 @@ class Simulation:
             outcome = self._placed_outcome(drain.job_id, "drain", index)
             instance_type, count, plan, _ = outcome.placement
             outcome.drained_gpu_seconds += self._work_lost(outcome, now, drain.graceful)
+            outcome.done_seconds = 0.0  # its work is thrown away, and with it what earlier moves kept
             outcome.drains += 1
             records.append(
                 Record(
@@ -805,6 +840,7 @@ class Simulation:
             outcome = self._placed_outcome(preemption.job_id, "preemption", index)
             instance_type, count, plan, _ = outcome.placement
             outcome.lost_gpu_seconds += self._work_lost(outcome, now, preemption.graceful)
+            outcome.done_seconds = 0.0
             outcome.preemptions += 1
             records.append(
                 Record(
@@ -836,6 +872,32 @@ class Simulation:
                 del self.unfinished[preemption.job_id]
             else:
                 self._back_to_queue(outcome, now)
+        for relocation in decisions.relocations:
+            outcome = self._placed_outcome(relocation.job_id, "relocation", index)
+            instance_type, count, plan, placed_at = outcome.placement
+            outcome.relocations += 1
+            outcome.moving = True
+            # The job checkpoints: the time it ran is kept, and its next attempt runs only what is left.
+            outcome.done_seconds += max(0.0, now - placed_at - self.startup)
+            records.append(
+                Record(
+                    index,
+                    now,
+                    Kind.RELOCATING,
+                    relocation.job_id,
+                    outcome.job.share,
+                    relocation.instance_type,
+                    relocation.instance_count,
+                    relocation.training_plan,
+                    relocation.entry_index,
+                )
+            )
+            if relocation.graceful:
+                outcome.relocating_to = relocation.entry_index
+                self._begin_stopping(outcome, now, (Status.RUNNABLE, ""))
+            else:
+                self._release(outcome, now)
+                self._back_to_queue(outcome, now)
         for timeout in decisions.timeouts:
             outcome = self.outcomes.get(timeout.job_id)
             if outcome is None or outcome.status != Status.RUNNABLE:
@@ -852,6 +914,7 @@ class Simulation:
             if job is not None and job.status == JobStatus.RUNNABLE:
                 self.unfinished[job_id] = replace(job, nomination=None)
                 self.settling.discard(job_id)
+                self.outcomes[job_id].relocating_to = None
         for nomination in decisions.nominations:
             self._nominate(nomination, index, now)
         if self.checker is not None:
@@ -909,6 +972,9 @@ class Simulation:
         waiting = self.unfinished[job.id]
         self.settling.discard(job.id)
         self._dequeue(waiting)
+        outcome.relocating_to = None
+        outcome.moved_onto_plan = outcome.moving and admission.training_plan is not None
+        outcome.moving = False
         outcome.placement = (admission.instance_type, admission.instance_count, admission.training_plan, now)
         outcome.status = Status.RUNNING
         outcome.attempt += 1
@@ -941,7 +1007,13 @@ class Simulation:
                 waiting.share_id, admission.instance_type, admission.training_plan, admission.instance_count
             )
         if job.duration is not None:
-            heapq.heappush(self.completions, (now + self.startup + job.duration, job.id, outcome.attempt))
+            left = max(0.0, job.duration - outcome.done_seconds)
+            heapq.heappush(self.completions, (now + self.startup + left, job.id, outcome.attempt))
+        if (self.config.relocate or job.relocate) and admission.entry_index > 0:
+            self.relocatable.add(job.id)
+            # Once it has run long enough (and is no longer protected) a pass may move it: time alone.
+            wait = max(self.config.relocation_min_runtime_seconds, self.config.preemption_min_runtime_seconds)
+            heapq.heappush(self.wakes, (now + wait, False))
         protection = self.config.preemption_min_runtime_seconds
         if protection and admission.training_plan is None:
             # Once its protection ends the job may be a victim: a pass then may decide what none could before.
@@ -975,6 +1047,8 @@ class Simulation:
             return False
         if self.settling or decisions.nominations or decisions.lapsed_nominations:
             return False  # the proof does not cover earmarks
+        if decisions.relocations:
+            return False  # more jobs may move than one pass moves
         borrowed_types = set()
         # type -> share -> the highest priority of its groups waiting with an entry on the type
         highest: dict[str, dict[int, int]] = {}
@@ -1030,6 +1104,7 @@ def decided_anything(decisions: Decisions) -> bool:
         or decisions.timeouts
         or decisions.nominations
         or decisions.lapsed_nominations
+        or decisions.relocations
     )
 
 

@@ -38,7 +38,13 @@ from scheduling.models import (
 )
 from simulator import Configuration, ConfigurationError, PlanConfig, ShareConfig, SimJob
 from simulator import philly as philly_mapping
-from simulator.config import BudgetConfig, entry_problem, validate
+from simulator.config import (
+    DEFAULT_MAX_RELOCATIONS_PER_PASS,
+    DEFAULT_RELOCATION_MIN_RUNTIME_SECONDS,
+    BudgetConfig,
+    entry_problem,
+    validate,
+)
 from simulator.trace import TraceRow, read_philly, read_philly_vcs
 
 DEFAULT_TRACE = Path(settings.REPLAY_TRACE)
@@ -135,6 +141,8 @@ def live_configuration(queue: JobQueue) -> Configuration:
         idle_capacity_assignment=IdleCapacityAssignment(queue.idle_capacity_assignment),
         preemption_min_runtime_seconds=queue.preemption_min_runtime_seconds,
         stop_seconds=simulated_stop_seconds(queue.service_environment),
+        relocation_min_runtime_seconds=queue.relocation_min_runtime_seconds,
+        max_relocations_per_pass=settings.MAX_RELOCATIONS_PER_PASS,
     )
     return validate(config)
 
@@ -171,6 +179,13 @@ def configuration_mapping(config: Configuration) -> dict[str, Any]:
         mapping["preemption_min_runtime_seconds"] = config.preemption_min_runtime_seconds
     if config.stop_seconds:
         mapping["stop_seconds"] = config.stop_seconds
+    # Relocation's settings likewise only when not the defaults.
+    if config.relocate:
+        mapping["relocate"] = True
+    if config.relocation_min_runtime_seconds != DEFAULT_RELOCATION_MIN_RUNTIME_SECONDS:
+        mapping["relocation_min_runtime_seconds"] = config.relocation_min_runtime_seconds
+    if config.max_relocations_per_pass != DEFAULT_MAX_RELOCATIONS_PER_PASS:
+        mapping["max_relocations_per_pass"] = config.max_relocations_per_pass
     return mapping
 
 
@@ -264,6 +279,7 @@ def history_jobs(*, queue: JobQueue, start: datetime | None, end: datetime | Non
             "duration_seconds",
             "status",
             "stopped_at",
+            "relocate",
         )
     )
     ids = [row[0] for row in rows]
@@ -292,6 +308,7 @@ def history_jobs(*, queue: JobQueue, start: datetime | None, end: datetime | Non
         duration_seconds,
         status,
         stopped_at,
+        relocate,
     ) in rows:
         duration = None
         attempt = last_attempt.get(job_id)
@@ -311,6 +328,7 @@ def history_jobs(*, queue: JobQueue, start: datetime | None, end: datetime | Non
                 max_pending_seconds=max_pending,
                 preemption_retries_before_termination=retries,
                 cancelled_at=cancelled_at,
+                relocate=relocate,
             )
         )
     return result

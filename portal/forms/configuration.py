@@ -298,6 +298,7 @@ class JobQueueForm(forms.Form):
                     "ordering": job_queue.ordering,
                     "idle_capacity_assignment": job_queue.idle_capacity_assignment,
                     "preemption_min_runtime_seconds": job_queue.preemption_min_runtime_seconds,
+                    "relocation_min_runtime_seconds": job_queue.relocation_min_runtime_seconds,
                 }
             )
         super().__init__(*args, **kwargs)
@@ -312,6 +313,7 @@ class JobQueueForm(forms.Form):
                     "ordering",
                     "idle_capacity_assignment",
                     "preemption_min_runtime_seconds",
+                    "relocation_min_runtime_seconds",
                 ],
                 field_classes={"service_environment": IdChoiceField},
             )

@@ -14,6 +14,7 @@ from scheduling import rules
 from scheduling.models import (
     MAX_ATTEMPT_DURATION_SECONDS,
     MAX_PREFERENCES,
+    RELOCATE_HELP,
     EnvironmentCapacity,
     InstanceType,
     JobQueue,
@@ -76,6 +77,11 @@ class JobForm(forms.Form):
         required=False,
         label="Attempt duration seconds",
         help_text="An attempt placed longer is stopped and counts as failed; blank: no limit.",
+    )
+    relocate = forms.BooleanField(
+        required=False,
+        label="Move to an earlier preference when it frees",
+        help_text=RELOCATE_HELP,
     )
     payload = ShallowJSONField(
         initial=dict,
@@ -272,6 +278,7 @@ def job_submission(form: JobForm, formset: PreferenceFormSet) -> CheckedSubmissi
         max_pending_seconds=data["max_pending_seconds"],
         duration_seconds=data["duration_seconds"],
         attempt_duration_seconds=data["attempt_duration_seconds"],
+        relocate=data["relocate"],
         payload=data["payload"] if data["payload"] is not None else {},
         client_token=data["client_token"] or None,
     )

@@ -114,7 +114,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         job_queue=job_queue, decisions=decisions, index=index, now=now, settled=settled
     )
     # Housekeeping's changes count too: an attempt past its duration is a stop its executor must hear of.
-    if admitted or decisions.preemptions or decisions.drains or settled.rows:
+    if admitted or decisions.preemptions or decisions.drains or decisions.relocations or settled.rows:
         work_changed(environment=job_queue.service_environment)
     usage = usage_after(snap, decisions)
     budgets_write(job_queue_id=job_queue.pk, book=book, snap=snap, usage=usage)
@@ -146,6 +146,7 @@ def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: f
         preempted_limit_reduced=stats.preemptions.get(et.PreemptionKind.LIMIT_REDUCED, 0),
         plan_drains=stats.plan_drains,
         timeouts=stats.timeouts,
+        relocations=stats.relocations,
     )
     return PassOutcome(
         admitted=admitted,

@@ -66,6 +66,7 @@ JOB_COLUMNS = (
     "roster_at",
     "not_before",
     "start_timeouts",
+    "relocate",
 )
 
 
@@ -177,6 +178,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
     )
     statuses = {status.value: status for status in et.JobStatus}
     runnable = et.JobStatus.RUNNABLE
+    stopping = et.JobStatus.STOPPING
     jobs = []
     for row in job_rows:
         (
@@ -215,6 +217,7 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
             _roster_at,
             _not_before,
             _start_timeouts,
+            relocate,
         ) = row
         index.jobs[job_id] = row
         status = statuses[status]
@@ -243,9 +246,10 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
                 stop_deadline=deadline,
                 nomination=(
                     et.Nomination(entry_index=nominated_entry, victim_ids=frozenset(nominated_victims))
-                    if nominated_entry is not None and status is runnable
+                    if nominated_entry is not None and (status is runnable or status is stopping)
                     else None
                 ),
+                relocate=relocate,
                 name=name,
                 team_id=team_id,
             )
@@ -261,6 +265,8 @@ def snapshot_load(*, job_queue: JobQueue, now: datetime) -> tuple[et.Snapshot, I
         queue_enabled=job_queue.enabled,
         idle_capacity_assignment=et.IdleCapacityAssignment(job_queue.idle_capacity_assignment),
         preemption_min_runtime_seconds=job_queue.preemption_min_runtime_seconds,
+        relocation_min_runtime_seconds=job_queue.relocation_min_runtime_seconds,
+        max_relocations_per_pass=settings.MAX_RELOCATIONS_PER_PASS,
     )
     return snap, index
 

@@ -120,6 +120,25 @@ def decisions_log(*, job_queue: JobQueue, decisions: et.Decisions, index: Index)
                 "training_plan": d.training_plan,
             },
         )
+    for r in decisions.relocations:
+        decision_logger.info(
+            "relocate queue=%s share=%s job=%s %s",
+            job_queue.name,
+            share(r.share_id),
+            r.job_id,
+            relocation_words(r),
+            extra={
+                "queue": job_queue.name,
+                "share": share(r.share_id),
+                "job": r.job_id,
+                "decision": "relocate",
+                "instance_type": r.instance_type,
+                "instances": r.instance_count,
+                "training_plan": r.training_plan,
+                "entry": r.entry_index + 1,
+                "from_entry": r.from_entry_index + 1,
+            },
+        )
     for t in decisions.timeouts:
         decision_logger.info(
             "timeout queue=%s share=%s job=%s %s",
@@ -141,6 +160,7 @@ def usage_after(snap: et.Snapshot, decisions: et.Decisions) -> dict[tuple[int, s
     # A graceful victim is STOPPING: it holds its instances until it has stopped.
     stopped = {p.job_id for p in decisions.preemptions if not p.graceful}
     stopped |= {d.job_id for d in decisions.drains if not d.graceful}
+    stopped |= {r.job_id for r in decisions.relocations if not r.graceful}  # placed again by an admission
     usage: dict[tuple[int, str], int] = {}
     for job in snap.jobs:
         placement = job.placement
@@ -204,6 +224,25 @@ def usage_sample(
             if row.share_id in index.share_names
         ],
     )
+
+
+def relocation_words(relocation: et.Relocation) -> str:
+    """From where to where and why: `from ml.p4d.24xlarge x4 on-demand (entry 2) to training plan dec-p5 ...`."""
+
+    def where(instance_type: str, count: int, plan: str | None, index: int) -> str:
+        on = f"training plan {plan}" if plan else "on-demand"
+        return f"{instance_type} x{count} {on} (entry {index + 1})"
+
+    before = where(
+        relocation.from_instance_type,
+        relocation.from_instance_count,
+        relocation.from_training_plan,
+        relocation.from_entry_index,
+    )
+    after = where(
+        relocation.instance_type, relocation.instance_count, relocation.training_plan, relocation.entry_index
+    )
+    return f"relocating from {before} to {after}: {relocation.message}"
 
 
 def decisions_write(
@@ -305,6 +344,31 @@ def decisions_write(
             why=f"{code}: {preemption.message}",
             words=preemption.message,
         )
+
+    # A relocation ends the attempt like a preemption, but is none: no preemption count, no failed attempt.
+    # A taken job stops gracefully, nominated on its new entry with itself as its one victim (the next
+    # passes earmark that entry for it); one not taken stops at once and an admission below places it.
+    for relocation in decisions.relocations:
+        reason = f"RELOCATING: {relocation.message}"
+        event(
+            EventKind.RELOCATING,
+            relocation.job_id,
+            relocation_words(relocation),
+            instance_type_id=index.type_ids.get(relocation.instance_type),
+            instances=relocation.instance_count,
+        )
+        stop(
+            relocation.job_id,
+            status=JobStatus.RUNNABLE,
+            reason=reason,
+            graceful=relocation.graceful,
+            why=reason,
+            words=relocation.message,
+        )
+        if relocation.graceful:
+            row(relocation.job_id).update(
+                nominated_entry=relocation.entry_index, nominated_victims=[relocation.job_id]
+            )
 
     for timeout in decisions.timeouts:
         job = row(timeout.job_id)

@@ -47,6 +47,7 @@ class JobSubmission:
     max_pending_seconds: int | None = None
     duration_seconds: int | None = None
     attempt_duration_seconds: int | None = None
+    relocate: bool = False
     retry_rules: list = field(default_factory=list)
     payload: dict = field(default_factory=dict)
     client_token: str | None = None
@@ -80,6 +81,7 @@ def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission
         max_pending_seconds=submission.max_pending_seconds,
         duration_seconds=submission.duration_seconds,
         attempt_duration_seconds=submission.attempt_duration_seconds,
+        relocate=submission.relocate,
         retry_rules=submission.retry_rules,
         submitted_via=submission.submitted_via,
         payload=submission.payload,

@@ -328,8 +328,21 @@ def test_staff_creates_a_queue_on_a_free_environment(world, client_for):
         "ordering": "BEST_EFFORT_FIFO",
         "idle_capacity_assignment": "FIFO",
         "preemption_min_runtime_seconds": 0,
+        "relocation_min_runtime_seconds": 600,
     }
     assert len(audit("scheduling.JobQueue", "created")) == 1
+
+
+def test_a_queues_relocation_min_runtime_is_bounded_and_named_when_out_of_range(world, client_for):
+    ServiceEnvironmentFactory(name="spare")
+    client = client_for(world.admin)
+    body = {"name": "batch", "service_environment": "spare", "relocation_min_runtime_seconds": 86_401}
+    response = client.post(f"{API}/job-queues/", body, format="json")
+    assert response.status_code == 400 and "relocation_min_runtime_seconds" in response.json()
+    body["relocation_min_runtime_seconds"] = 0
+    assert (
+        client.post(f"{API}/job-queues/", body, format="json").json()["relocation_min_runtime_seconds"] == 0
+    )
 
 
 def test_an_environment_serves_one_queue_only(world, client_for):

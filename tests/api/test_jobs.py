@@ -59,6 +59,7 @@ def test_job_body_has_exactly_the_fields_of_the_spec(world, client_for):
         "max_pending_seconds",
         "duration_seconds",
         "attempt_duration_seconds",
+        "relocate",
         "payload",
         "client_token",
         "submitted_via",
@@ -89,6 +90,15 @@ def test_attempt_duration_seconds_is_submitted_read_back_and_bounded(world, clie
     response = client.post(JOBS, submission(name="j2", attempt_duration_seconds=2_592_001), format="json")
     assert response.status_code == 400
     assert "attempt_duration_seconds" in response.json()
+
+
+def test_relocate_is_submitted_and_read_back_and_defaults_to_false(world, client_for):
+    client = client_for(world.ana)
+    assert client.post(JOBS, submission(), format="json").json()["relocate"] is False
+    body = client.post(JOBS, submission(name="j2", relocate=True), format="json").json()
+    assert body["relocate"] is True and Job.objects.get(pk=body["id"]).relocate
+    response = client.post(JOBS, submission(name="j3", relocate="sometimes"), format="json")
+    assert response.status_code == 400 and "relocate" in response.json()
 
 
 def test_unknown_names_are_400s_naming_the_exact_field_path_and_nothing_is_created(world, client_for):

@@ -128,6 +128,7 @@ def apply_decisions(before: Snapshot, decisions: Decisions, *, stop_grace_second
         d.job_id for d in decisions.drains if d.graceful
     }
     counted = {p.job_id for p in decisions.preemptions if p.graceful}
+    relocated = {r.job_id: r for r in decisions.relocations if r.graceful}
     nominated = {n.job_id: n for n in decisions.nominations}
     lapsed = set(decisions.lapsed_nominations)
     gone = {t.job_id for t in decisions.timeouts} | {
@@ -143,6 +144,13 @@ def apply_decisions(before: Snapshot, decisions: Decisions, *, stop_grace_second
                 status=JobStatus.STOPPING,
                 stop_deadline=before.now + timedelta(seconds=stop_grace_seconds),
                 preemption_count=job.preemption_count + (job.id in counted),
+            )
+        if job.id in relocated:  # STOPPING, nominated on its new entry with itself as its one victim
+            job = replace(
+                job,
+                status=JobStatus.STOPPING,
+                stop_deadline=before.now + timedelta(seconds=stop_grace_seconds),
+                nomination=Nomination(relocated[job.id].entry_index, frozenset({job.id})),
             )
         if job.id in lapsed:
             job = replace(job, nomination=None)

@@ -18,6 +18,13 @@ fits is placed at once; one that no longer fits once settled, or whose victims a
 
 Budgets are modelled as the snapshot states them: a share whose ALL budget is spent starts nothing,
 one whose BORROWED budget is spent places nothing above its limit (see `oracle.fits_without_preemption`).
+
+Relocation (SPEC 3.6) is read from its sentence: after the heads are placed, RUNNING jobs with `relocate`,
+oldest placement first and at most `max_relocations_per_pass`, move from their entry k to the earliest entry
+j < k that fits the whole job without preemption, borrowing no more than on k, on capacity (the plan, or the
+on-demand type) no RUNNABLE job asks for, once they have run `relocation_min_runtime_seconds` and are no
+longer protected. A taken job goes STOPPING, nominated on j (with itself as its victim: j is earmarked, on
+the plan too, until it is placed); one not taken is placed on j at once, and what it left is swept.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from engine import (
     IdleCapacityAssignment,
     Job,
     JobStatus,
+    Nomination,
     Ordering,
     Placement,
     PreemptionKind,
@@ -64,6 +72,8 @@ class ModelDecisions:
     # job -> (entry index, the STOPPING jobs it waits for, sorted)
     nominations: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
     lapsed: list[int] = field(default_factory=list)
+    # (job, from entry, to entry, graceful), in the order moved.
+    relocations: list[tuple[int, int, int, bool]] = field(default_factory=list)
     # job -> its 1-based position in its share's queue of jobs left RUNNABLE.
     positions: dict[int, int] = field(default_factory=dict)
 
@@ -142,6 +152,10 @@ class ModelPass:
         # Nominations standing in the pass: job -> (entry index, its own victims still STOPPING).
         self.standing: dict[int, tuple[int, frozenset[int]]] = {}
         self.placed_at_once = 0
+        # STOPPING jobs being relocated: their new entry is earmarked for them.
+        self.relocating: set[int] = {
+            j.id for j in snap.jobs if j.status == JobStatus.STOPPING and moving(j) and valid_entry(j)
+        }
 
     # --- graceful stops: the queue now, and once settled ---------------------------------------------------
 
@@ -149,20 +163,44 @@ class ModelPass:
         """Every STOPPING job gone and every other standing nominated job on its earmarked entry."""
         jobs = []
         for job in self.snap.jobs:
-            if job.status == JobStatus.STOPPING:
+            if job.status == JobStatus.STOPPING and job.id not in self.relocating:
                 continue
-            if job.id in self.standing and job.id != except_job:
-                entry = job.entries[self.standing[job.id][0]]
-                placement = Placement(entry.instance_type, entry.instance_count, None, self.snap.now)
+            earmarked = self.earmarked_entry(job, except_job)
+            if earmarked is not None:
+                placement = Placement(
+                    earmarked.instance_type, earmarked.instance_count, earmarked.training_plan, self.snap.now
+                )
                 job = replace(job, status=JobStatus.SCHEDULED, placement=placement)
             jobs.append(job)
         return replace(self.snap, jobs=tuple(jobs))
+
+    def earmarked_entry(self, job: Job, except_job: int):
+        """The entry earmarked for the job (a standing nominee, or a job relocating), None when none is."""
+        if job.id == except_job:
+            return None
+        if job.id in self.standing:
+            return job.entries[self.standing[job.id][0]]
+        if job.id in self.relocating:
+            return job.entries[job.nomination.entry_index]
+        return None
+
+    def with_plan_earmarks(self, except_job: int) -> Snapshot:
+        """The queue now, with the plan entries earmarked for others held on their plans."""
+        held = []
+        for job in self.snap.jobs:
+            earmarked = self.earmarked_entry(job, except_job)
+            if earmarked is not None and earmarked.training_plan is not None:
+                placement = Placement(
+                    earmarked.instance_type, earmarked.instance_count, earmarked.training_plan, self.snap.now
+                )
+                held.append(replace(job, id=-job.id, status=JobStatus.SCHEDULED, placement=placement))
+        return replace(self.snap, jobs=self.snap.jobs + tuple(held))
 
     def fits(self, job: Job, index: int) -> bool:
         """Without preemption: now (STOPPING jobs hold their instances) and once settled (earmarks held)."""
         entry = job.entries[index]
         if entry.training_plan is not None:
-            return fits_without_preemption(self.snap, job, entry)
+            return fits_without_preemption(self.with_plan_earmarks(job.id), job, entry)
         return fits_now(self.snap, job, entry) and fits_without_preemption(self.settled(job.id), job, entry)
 
     def first_fit(self, job: Job) -> int | None:
@@ -287,7 +325,7 @@ class ModelPass:
                 return False  # room is on its way: no victim for it or a later entry, and no nomination
             # Nominated jobs, placed in the settled view, are no victims; the victims make room now too.
             settled = self.settled(job.id)
-            excluded = self.placed_in_pass | set(self.standing)
+            excluded = self.placed_in_pass | set(self.standing) | self.relocating
             victims = reference.victims_for(settled, job, entry, excluded, now=self.snap)
             if victims is not None:
                 break
@@ -323,6 +361,76 @@ class ModelPass:
                 left[job.share_id].append(share_queue.pop(0))
         return left
 
+    # --- relocation (SPEC 3.6) --------------------------------------------------------------------------------
+
+    def borrowed_if_on(self, job: Job, entry) -> int:
+        """Instances above the share's limit the job would account for on `entry`, were it there alone."""
+        if entry.training_plan is not None:
+            return 0
+        share = next(s for s in self.snap.shares if s.id == job.share_id)
+        usage = on_demand_usage(reference.without(self.snap, {job.id}))[job.share_id, entry.instance_type]
+        cap = limit(share, entry.instance_type)
+        return max(0, usage + entry.instance_count - cap) - max(0, usage - cap)
+
+    def relocate(self) -> bool:
+        """Moves after the heads are placed; True when a job was moved at once."""
+        snap = self.snap
+        if snap.max_relocations_per_pass <= 0:
+            return False
+        enabled = {s.id for s in snap.shares if s.enabled}
+        asked = {
+            pool_of(entry)
+            for j in snap.jobs
+            if j.status == JobStatus.RUNNABLE and j.share_id in enabled
+            for entry in j.entries
+        }
+        protection = timedelta(seconds=snap.preemption_min_runtime_seconds)
+        min_runtime = timedelta(seconds=snap.relocation_min_runtime_seconds)
+        candidates = sorted(
+            (
+                j
+                for j in snap.jobs
+                if j.relocate
+                and j.status == JobStatus.RUNNING
+                and j.share_id in enabled
+                and snap.now - j.placement.scheduled_at >= min_runtime
+                and (not protection or j.placement.scheduled_at + protection <= snap.now)
+            ),
+            key=lambda j: (j.placement.scheduled_at, j.id),
+        )
+        at_once = False
+        for job in candidates:
+            if len(self.decisions.relocations) >= snap.max_relocations_per_pass:
+                break
+            where = (job.placement.instance_type, job.placement.training_plan)
+            k = next((i for i, e in enumerate(job.entries) if (e.instance_type, e.training_plan) == where), 0)
+            here = self.borrowed_if_on(job, job.entries[k]) if k else 0
+            target = next(
+                (
+                    j
+                    for j in range(k)
+                    if pool_of(job.entries[j]) not in asked
+                    and self.borrowed_if_on(job, job.entries[j]) <= here
+                    and self.fits(job, j)
+                ),
+                None,
+            )
+            if target is None:
+                continue
+            self.decisions.relocations.append((job.id, k, target, job.taken))
+            if job.taken:
+                moved = replace(
+                    job, status=JobStatus.STOPPING, nomination=Nomination(target, frozenset({job.id}))
+                )
+                self.snap = with_job(self.snap, moved)
+                self.relocating.add(job.id)
+            else:
+                stopped = replace(job, status=JobStatus.RUNNABLE, placement=None)
+                self.snap = with_job(self.snap, stopped)
+                self.place(stopped, target)
+                at_once = True
+        return at_once
+
     def run(self) -> ModelDecisions:
         nominated = {j.id for j in self.snap.jobs if j.nomination is not None}
         self.drain()
@@ -334,11 +442,11 @@ class ModelPass:
         enabled = {s.id for s in self.snap.shares if s.enabled and not starts_no_new_job(s)}
         if self.snap.queue_enabled:
             runnable = [j for j in runnable if j.share_id in enabled]
-            # A nomination stands while its entry is an on-demand entry of the job.
+            # A nomination stands while its entry is an on-demand entry of the job (any entry: a relocation).
             for job in runnable:
                 nomination = job.nomination
-                if nomination is not None and 0 <= nomination.entry_index < len(job.entries):
-                    if job.entries[nomination.entry_index].training_plan is None:
+                if nomination is not None and valid_entry(job):
+                    if job.entries[nomination.entry_index].training_plan is None or moving(job):
                         self.standing[job.id] = (nomination.entry_index, nomination.victim_ids)
             self.place_nominated_first([j for j in runnable if j.id in self.standing])
             queues = by_share(j for j in runnable if j.id not in self.placed_in_pass)
@@ -352,7 +460,13 @@ class ModelPass:
                     left = self.take_heads(left, allow_preemption=False)
                     if self.placed_at_once == placed_at_once:
                         break
-        kept = set(self.standing) | self.placed_in_pass
+            if self.relocate():
+                while True:  # what a job moved at once left is free for the jobs left
+                    placed_at_once = self.placed_at_once
+                    left = self.take_heads(left, allow_preemption=False)
+                    if self.placed_at_once == placed_at_once:
+                        break
+        kept = set(self.standing) | self.placed_in_pass | self.relocating
         self.decisions.lapsed = sorted(
             job_id for job_id in nominated - kept if job_id not in self.decisions.nominations
         )
@@ -361,6 +475,19 @@ class ModelPass:
             for position, job in enumerate(jobs, start=1):
                 self.decisions.positions[job.id] = position
         return self.decisions
+
+
+def moving(job: Job) -> bool:
+    """A relocation's nomination: the job waits for its own stop."""
+    return job.nomination is not None and job.id in job.nomination.victim_ids
+
+
+def valid_entry(job: Job) -> bool:
+    return 0 <= job.nomination.entry_index < len(job.entries)
+
+
+def pool_of(entry) -> tuple[str, str]:
+    return ("plan", entry.training_plan) if entry.training_plan is not None else ("type", entry.instance_type)
 
 
 def by_share(jobs: Iterable[Job]) -> dict[int, list[Job]]:

@@ -11,6 +11,7 @@ as many as `FUZZ_EXAMPLES` says (see tests/conftest.py):
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -18,11 +19,31 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Budget, BudgetPeriod, BudgetScope, Decisions, JobStatus, Snapshot, Strategy, schedule
+from engine import (
+    PLACED_STATUSES,
+    Budget,
+    BudgetPeriod,
+    BudgetScope,
+    Decisions,
+    Entry,
+    JobStatus,
+    Placement,
+    Snapshot,
+    Strategy,
+    schedule,
+)
 
 from .builders import apply_decisions
 from .model import ModelDecisions, model_pass
-from .test_properties import between_passes, executors_at_work, new_jobs, placed_jobs, queues
+from .oracle import limit, on_demand_usage
+from .test_properties import (
+    between_passes,
+    check_graceful_pass,
+    executors_at_work,
+    new_jobs,
+    placed_jobs,
+    queues,
+)
 
 PASSES = 5
 
@@ -39,6 +60,9 @@ def engine_decisions(decisions: Decisions) -> ModelDecisions:
         nominations={n.job_id: (n.entry_index, tuple(sorted(n.victim_ids))) for n in decisions.nominations},
         lapsed=sorted(decisions.lapsed_nominations),
         positions={p.job_id: p.queue_position for p in decisions.pending},
+        relocations=[
+            (r.job_id, r.from_entry_index, r.entry_index, r.graceful) for r in decisions.relocations
+        ],
     )
 
 
@@ -109,17 +133,45 @@ def more_changes(rng: random.Random, snap: Snapshot) -> Snapshot:
     return snap
 
 
+def with_relocation(rng: random.Random, snap: Snapshot) -> Snapshot:
+    """Jobs opt in to relocation at random, the queue's settings vary, and taken jobs run."""
+    return replace(
+        snap,
+        relocation_min_runtime_seconds=rng.choice([0, 600, 1800]),
+        max_relocations_per_pass=rng.choice([0, 1, 2, 4]),
+        jobs=tuple(
+            replace(
+                job,
+                relocate=job.relocate or (job.status == JobStatus.RUNNABLE and rng.random() < 0.6),
+                status=JobStatus.RUNNING if job.status in PLACED_STATUSES and job.taken else job.status,
+            )
+            for job in snap.jobs
+        ),
+    )
+
+
 def compare_passes(
-    snap: Snapshot, rng: random.Random, passes: int = PASSES, *, graceful: bool = False
-) -> None:
+    snap: Snapshot,
+    rng: random.Random,
+    passes: int = PASSES,
+    *,
+    graceful: bool = False,
+    relocation: bool = False,
+) -> int:
+    """Passes compared one by one; returns how many jobs were relocated."""
     next_id = 1000
+    moved = 0
     for _ in range(passes):
         if graceful:
             snap = executors_at_work(rng, snap)
+        if relocation:
+            snap = with_relocation(rng, snap)
         decisions = schedule(snap)
         assert engine_decisions(decisions) == model_pass(snap)
+        moved += len(decisions.relocations)
         snap = more_changes(rng, between_passes(rng, apply_decisions(snap, decisions), next_id))
         next_id += 100
+    return moved
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -160,3 +212,138 @@ def test_engine_decides_as_spec_reads_on_contended_queues_with_graceful_stops(qu
     running = [replace(job, taken=rng.random() < 0.7) for job in placed_jobs(rng, queue, rng.randint(10, 40))]
     waiting = [replace(job, priority=rng.choice([1, 5, 9, 9])) for job in new_jobs(rng, queue, 100)]
     compare_passes(replace(queue, jobs=tuple(running + waiting)), rng, 8, graceful=True)
+
+
+def relocation_passes(queue: Snapshot, rng: random.Random, passes: int = 10) -> Counter[str]:
+    """A queue full of running jobs, and jobs with several entries that opt in to relocation: as the running
+    jobs finish and few new ones arrive, earlier entries free and the opted-in jobs may move. Every pass is
+    compared with the model; returns how many jobs were moved gracefully and at once."""
+    running = []
+    options = [Entry(t, n) for t in sorted(queue.capacity) for n in (1, 2, 4)]
+    options += [Entry(p.instance_type, n, p.name) for p in queue.plans for n in (1, 2, 4)]
+    for job in placed_jobs(rng, queue, rng.randint(5, 20)):
+        if rng.random() < 0.7:  # it fell back: it runs on its last entry and prefers others
+            earlier = [
+                e
+                for e in rng.sample(options, min(len(options), 2))
+                if e.instance_type != job.entries[0].instance_type or e.training_plan
+            ]
+            job = replace(job, entries=tuple(earlier) + job.entries, relocate=True, taken=rng.random() < 0.6)
+        running.append(job)
+    waiting = new_jobs(rng, queue, 100) if rng.random() < 0.5 else []
+    snap = replace(queue, jobs=tuple(running + waiting))
+    moved: Counter[str] = Counter()
+    # Jobs moved gracefully and not placed since -> whether nothing was changed by hand since the move.
+    stopping: dict[int, bool] = {}
+    for _ in range(passes):
+        before = snap
+        snap = with_relocation(rng, executors_at_work(rng, snap))
+        if [s.enabled for s in snap.shares] != [s.enabled for s in before.shares]:
+            stopping = dict.fromkeys(stopping, False)
+        decisions = schedule(snap)
+        assert engine_decisions(decisions) == model_pass(snap)
+        check_relocations(snap, decisions, stopping)
+        check_graceful_pass(snap, decisions, apply_decisions(snap, decisions))
+        moved.update("graceful" if r.graceful else "at once" for r in decisions.relocations)
+        moved.update("onto a plan" for r in decisions.relocations if r.training_plan is not None)
+        snap = apply_decisions(snap, decisions)
+        placed_ids = sorted(job.id for job in snap.jobs if job.status in PLACED_STATUSES)
+        finished = set(rng.sample(placed_ids, min(len(placed_ids), rng.randint(0, 6))))
+        finished -= {job.id for job in snap.jobs if job.relocate and rng.random() < 0.8}
+        snap = replace(
+            snap,
+            now=snap.now + timedelta(seconds=rng.choice([0, 600, 1800, 3600])),
+            jobs=tuple(job for job in snap.jobs if job.id not in finished),
+        )
+        if rng.random() < 0.2:
+            snap = more_changes(rng, snap)
+            stopping = dict.fromkeys(stopping, False)
+    return moved
+
+
+def borrows(share, usage, entry) -> int:
+    """Instances above the share's limit a job accounts for on `entry`, `usage` being the share's without it."""
+    if entry.training_plan is not None:
+        return 0
+    before, cap = usage[share.id, entry.instance_type], limit(share, entry.instance_type)
+    return max(0, before + entry.instance_count - cap) - max(0, before - cap)
+
+
+def check_relocations(snap: Snapshot, decisions: Decisions, stopping: dict[int, bool]) -> None:
+    """SPEC 3.6 read off each pass: a move takes nothing a waiting job asks for, borrows no more, happens
+    once an attempt, and its earmark holds: the first pass that finds the job stopped places it on its new
+    entry or an earlier one (unless an administrator changed something since, or its plan is ending)."""
+    jobs = {job.id: job for job in snap.jobs}
+    enabled = {s.id for s in snap.shares if s.enabled}
+    # What the jobs still waiting after the pass ask for: (type, plan or None).
+    asked = {
+        (e.instance_type, e.training_plan)
+        for job in apply_decisions(snap, decisions).jobs
+        if job.status == JobStatus.RUNNABLE and job.share_id in enabled
+        for e in job.entries
+    }
+    admitted = {a.job_id: a for a in decisions.admissions}
+    for job_id, quiet in list(stopping.items()):
+        job = jobs.get(job_id)
+        if job is None or job.status != JobStatus.RUNNABLE:
+            continue
+        target = job.entries[job.nomination.entry_index]
+        plan = next((p for p in snap.plans if p.name == target.training_plan), None)
+        ending = plan is not None and (
+            plan.end_time - snap.now <= timedelta(seconds=snap.plan_drain_seconds)
+            or plan.start_time > snap.now
+        )
+        if quiet and snap.queue_enabled and not ending:
+            assert job_id in admitted and admitted[job_id].entry_index <= job.nomination.entry_index
+        del stopping[job_id]
+    # Borrowing is read on what the pass left when it came to the moves: its decisions up to the first
+    # admission of a job moved at once (the sweep after the moves comes later), then each move in turn.
+    moved_at_once = {r.job_id for r in decisions.relocations if not r.graceful}
+    cut = next((i for i, a in enumerate(decisions.admissions) if a.job_id in moved_at_once), None)
+    left = apply_decisions(snap, replace(decisions, relocations=[], admissions=decisions.admissions[:cut]))
+    for move in decisions.relocations:
+        job = jobs[move.job_id]
+        assert job.status == JobStatus.RUNNING and move.job_id not in stopping
+        target = job.entries[move.entry_index]
+        if target.training_plan is not None:
+            assert not any(plan == target.training_plan for _, plan in asked)
+        else:
+            assert (target.instance_type, None) not in asked
+        share = next(s for s in snap.shares if s.id == job.share_id)
+        usage = on_demand_usage(replace(left, jobs=tuple(j for j in left.jobs if j.id != job.id)))
+        assert borrows(share, usage, target) <= borrows(share, usage, job.entries[move.from_entry_index])
+        if move.graceful:
+            stopping[move.job_id] = True
+        else:  # it holds its new entry for the moves after it
+            placement = Placement(target.instance_type, target.instance_count, target.training_plan, snap.now)
+            left = replace(
+                left, jobs=tuple(replace(j, placement=placement) if j.id == job.id else j for j in left.jobs)
+            )
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=queues(), rng=st.randoms(use_true_random=True))
+def test_engine_relocates_as_spec_reads_on_random_queues(queue: Snapshot, rng: random.Random):
+    queue = with_weights(queue, rng)
+    borrowers = tuple(s for s in queue.shares if s.strategy == Strategy.LEND_AND_BORROW)
+    jobs = new_jobs(rng, queue, 1, borrowers) + new_jobs(rng, queue, 20)
+    compare_passes(replace(queue, jobs=tuple(jobs)), rng, 10, graceful=True, relocation=True)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queue=queues(), rng=st.randoms(use_true_random=True))
+def test_engine_relocates_as_spec_reads_as_running_jobs_finish(queue: Snapshot, rng: random.Random):
+    relocation_passes(with_weights(queue, rng), rng)
+
+
+def test_random_queues_with_relocation_do_move_jobs():
+    """The comparisons above are not idle: over seeded queues, jobs are moved."""
+    moved: Counter[str] = Counter()
+
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(queue=queues(), seed=st.integers(0, 10**6))
+    def count(queue: Snapshot, seed: int):
+        moved.update(relocation_passes(queue, random.Random(seed)))
+
+    count()
+    assert moved["graceful"] >= 5 and moved["at once"] >= 1 and moved["onto a plan"] >= 2, moved

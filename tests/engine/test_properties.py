@@ -438,13 +438,23 @@ def check_decisions_are_consistent(before: Snapshot, decisions: Decisions) -> No
     preempted = {p.job_id for p in decisions.preemptions}
     drained = {d.job_id for d in decisions.drains}
     timed_out = {t.job_id for t in decisions.timeouts}
+    moved = {r.job_id: r for r in decisions.relocations}
+    moved_at_once = {job_id for job_id, r in moved.items() if not r.graceful}
+    assert len(moved) == len(decisions.relocations) == decisions.stats.relocations
+    assert not set(moved) & (preempted | drained | timed_out)
+    assert set(placed) & set(moved) == moved_at_once, "a job moved at once is placed on its new entry"
+    for job_id, move in moved.items():
+        assert jobs[job_id].status == JobStatus.RUNNING and jobs[job_id].relocate
+        assert move.entry_index < move.from_entry_index
+        if job_id in moved_at_once:
+            assert next(a for a in decisions.admissions if a.job_id == job_id).entry_index == move.entry_index
     assert len(placed) == len(set(placed))
     assert not set(placed) & preempted, "a job both placed and preempted"
     assert not set(placed) & timed_out
     assert not preempted & drained
     for admission in decisions.admissions:
         job = jobs[admission.job_id]
-        assert job.status == JobStatus.RUNNABLE or job.id in drained
+        assert job.status == JobStatus.RUNNABLE or job.id in drained | moved_at_once
         chosen = job.entries[admission.entry_index]
         assert (chosen.instance_type, chosen.instance_count, chosen.training_plan) == (
             admission.instance_type,
@@ -589,14 +599,28 @@ def settled(snap: Snapshot) -> Snapshot:
     """The queue once every STOPPING job is gone and every nominated job holds its nominated entry."""
     jobs = []
     for job in snap.jobs:
-        if job.status == JobStatus.STOPPING:
+        relocating = job.nomination is not None and job.id in job.nomination.victim_ids
+        if job.status == JobStatus.STOPPING and not relocating:
             continue
-        if job.nomination is not None:
+        if job.nomination is not None:  # a nominee, or a job moving to the entry (SPEC 3.6)
             entry = job.entries[job.nomination.entry_index]
+            if entry.training_plan is not None and not plan_takes_jobs(snap, entry.training_plan):
+                # Its earmark lapses: nobody is placed on a plan that is gone, not active or draining.
+                jobs.append(replace(job, status=JobStatus.RUNNABLE, placement=None, nomination=None))
+                continue
             placement = Placement(entry.instance_type, entry.instance_count, entry.training_plan, snap.now)
             job = replace(job, status=JobStatus.SCHEDULED, placement=placement, nomination=None)
         jobs.append(job)
     return replace(snap, jobs=tuple(jobs))
+
+
+def plan_takes_jobs(snap: Snapshot, name: str) -> bool:
+    plan = next((p for p in snap.plans if p.name == name), None)
+    return (
+        plan is not None
+        and plan.start_time <= snap.now
+        and plan.end_time - snap.now > timedelta(seconds=snap.plan_drain_seconds)
+    )
 
 
 def without_nomination(snap: Snapshot, job_id: int) -> Snapshot:
@@ -606,11 +630,25 @@ def without_nomination(snap: Snapshot, job_id: int) -> Snapshot:
 def fits_now_and_settled(snap: Snapshot, job: Job, entry: Entry) -> bool:
     """The engine's "fits without preemption" with graceful stops: now, and once settled (its own earmark
     left out)."""
+    if entry.training_plan is not None:  # a plan has one reading: what is held on it and earmarked for others
+        return fits_without_preemption(with_plan_earmarks(snap, job.id), job, entry)
     if not fits_without_preemption(snap, job, entry):
         return False
-    return entry.training_plan is not None or fits_without_preemption(
-        settled(without_nomination(snap, job.id)), job, entry
-    )
+    return fits_without_preemption(settled(without_nomination(snap, job.id)), job, entry)
+
+
+def with_plan_earmarks(snap: Snapshot, except_job: int) -> Snapshot:
+    """The queue with the plan entries nominated jobs (other than `except_job`) will hold, held already."""
+    held = []
+    for job in snap.jobs:
+        if job.nomination is not None and job.id != except_job:
+            entry = job.entries[job.nomination.entry_index]
+            if entry.training_plan is not None:
+                placement = Placement(
+                    entry.instance_type, entry.instance_count, entry.training_plan, snap.now
+                )
+                held.append(replace(job, id=-job.id, status=JobStatus.SCHEDULED, placement=placement))
+    return replace(snap, jobs=snap.jobs + tuple(held))
 
 
 def check_graceful_pass(before: Snapshot, decisions: Decisions, after: Snapshot) -> None:
@@ -701,6 +739,8 @@ def check_invariants_counting_stopping_capacity(
         if job.id in {n.job_id for n in decisions.nominations} | {
             j.id for j in after.jobs if j.nomination is not None
         }:
+            if job.placement is None or job.placement.training_plan is not None:
+                continue
             ceiling = most_allowed(shares[job.share_id], job.placement.instance_type)
             assert ceiling is None or usage[job.share_id, job.placement.instance_type] <= ceiling
 

@@ -23,6 +23,18 @@ def test_the_submit_form_takes_an_attempt_duration_and_the_job_page_shows_it(wor
     assert "at most 7200 s an attempt" in client.get(reverse("job_detail", args=[job.pk])).content.decode()
 
 
+def test_the_submit_form_takes_relocate_and_the_job_page_says_where_it_moves(world, client_for):
+    client = client_for(world.ana)
+    client.post(reverse("job_new"), form_data(world, [(P5, 2, None), (P4, 2, None)], relocate="on"))
+    job = Job.objects.get()
+    assert job.relocate
+    page = client.get(reverse("job_detail", args=[job.pk])).content.decode()
+    assert "moves to an earlier preference when it has room nobody waiting asks for, after 600 s" in page
+    job.nominated_entry, job.nominated_victims = 0, [job.pk]
+    job.save(update_fields=["nominated_entry", "nominated_victims"])
+    assert "moving to preference 1 now" in client.get(reverse("job_detail", args=[job.pk])).content.decode()
+
+
 def test_an_attempt_duration_out_of_range_is_refused_on_its_field(world, client_for):
     data = form_data(world, [(P5, 2, None)], attempt_duration_seconds=2_592_001)
     response = client_for(world.ana).post(reverse("job_new"), data)

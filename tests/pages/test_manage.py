@@ -76,10 +76,11 @@ def test_queue_list_and_create_and_edit_are_audited(world, client_for):
             "state": "DISABLED",
             "service_environment": spare.pk,
             "ordering": "STRICT_FIFO",
+            "relocation_min_runtime_seconds": 1800,
         },
     )
     queue.refresh_from_db()
-    assert (queue.priority, queue.state) == (20, "DISABLED")
+    assert (queue.priority, queue.state, queue.relocation_min_runtime_seconds) == (20, "DISABLED", 1800)
     assert audits(queue) == ["changed", "created"]
 
 

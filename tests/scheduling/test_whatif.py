@@ -640,3 +640,19 @@ def test_the_replay_stops_jobs_as_the_queues_environment_does(queue, settings):
     config = replay_sources.live_configuration(queue)
     assert config.stop_seconds == 90  # an external executor may take all of it
     assert replay_sources.configuration_mapping(config)["stop_seconds"] == 90
+
+
+def test_the_history_replays_relocation_as_the_queue_runs_it(queue, begin):
+    """Jobs keep their `relocate` in the replay of the history, and the queue its minimum runtime."""
+    vision = QuotaShare.objects.get(name="vision")
+    moving = job_in(vision, [(P5, 2), (P4, 2)], name="moving", created_at=begin, relocate=True)
+    staying = job_in(vision, [(P5, 2), (P4, 2)], name="staying", created_at=begin)
+    queue.relocation_min_runtime_seconds = 1800
+    queue.save(update_fields=["relocation_min_runtime_seconds"])
+
+    jobs = {job.id: job for job in replay_sources.history_jobs(queue=queue, start=None, end=None)}
+    config = replay_sources.live_configuration(queue)
+
+    assert (jobs[moving.pk].relocate, jobs[staying.pk].relocate) == (True, False)
+    assert config.relocation_min_runtime_seconds == 1800 and not config.relocate
+    assert replay_sources.configuration_mapping(config)["relocation_min_runtime_seconds"] == 1800
