@@ -52,6 +52,7 @@ from .oracle import (
     most_allowed,
     on_demand_usage,
     reserved,
+    starts_no_new_job,
 )
 
 TYPES = ("t0", "t1", "t2", "t3")
@@ -566,7 +567,8 @@ def check_work_conservation(before: Snapshot, decisions: Decisions, after: Snaps
     if not before.queue_enabled:
         return
     victims = {p.job_id for p in decisions.preemptions}
-    enabled = {share.id for share in after.shares if share.enabled}
+    # A share whose budget of scope ALL is spent starts nothing: its jobs wait with nothing to conserve.
+    enabled = {share.id for share in after.shares if share.enabled and not starts_no_new_job(share)}
     left: dict[int, list[Job]] = {}
     for job in sorted(after.jobs, key=queue_key):
         if job.status == JobStatus.RUNNABLE and job.id not in victims and job.share_id in enabled:
@@ -770,7 +772,8 @@ def check_graceful_work_conservation(before: Snapshot, decisions: Decisions, aft
     if not before.queue_enabled:
         return
     victims = {p.job_id for p in decisions.preemptions}
-    enabled = {share.id for share in after.shares if share.enabled}
+    # A share whose budget of scope ALL is spent starts nothing: its jobs wait with nothing to conserve.
+    enabled = {share.id for share in after.shares if share.enabled and not starts_no_new_job(share)}
     left: dict[int, list[Job]] = {}
     for job in sorted(after.jobs, key=queue_key):
         if job.status == JobStatus.RUNNABLE and job.id not in victims and job.share_id in enabled:
