@@ -59,9 +59,10 @@ def pool(entry: Entry) -> tuple[str, str]:
 
 
 def placed_entry_index(job: Job, placement: Placement) -> int | None:
-    """The index of the entry the job is placed on (entries are distinct by type and plan, SPEC 4)."""
+    """The index of the entry the job is placed on: the first with its type, count and plan."""
+    placed_on = (placement.instance_type, placement.instance_count, placement.training_plan)
     for index, entry in enumerate(job.entries):
-        if (entry.instance_type, entry.training_plan) == (placement.instance_type, placement.training_plan):
+        if (entry.instance_type, entry.instance_count, entry.training_plan) == placed_on:
             return index
     return None
 

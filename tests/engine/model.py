@@ -402,8 +402,15 @@ class ModelPass:
         for job in candidates:
             if len(self.decisions.relocations) >= snap.max_relocations_per_pass:
                 break
-            where = (job.placement.instance_type, job.placement.training_plan)
-            k = next((i for i, e in enumerate(job.entries) if (e.instance_type, e.training_plan) == where), 0)
+            where = (job.placement.instance_type, job.placement.instance_count, job.placement.training_plan)
+            k = next(
+                (
+                    i
+                    for i, e in enumerate(job.entries)
+                    if (e.instance_type, e.instance_count, e.training_plan) == where
+                ),
+                0,
+            )
             here = self.borrowed_if_on(job, job.entries[k]) if k else 0
             target = next(
                 (

@@ -270,9 +270,9 @@ def borrows(share, usage, entry) -> int:
 
 
 def check_relocations(snap: Snapshot, decisions: Decisions, stopping: dict[int, bool]) -> None:
-    """SPEC 3.6 read off each pass: a move takes nothing a waiting job asks for, borrows no more, happens
-    once an attempt, and its earmark holds: the first pass that finds the job stopped places it on its new
-    entry or an earlier one (unless an administrator changed something since, or its plan is ending)."""
+    """SPEC 3.6 read off each pass: a move takes nothing a waiting job asks for, borrows no more, and happens
+    once an attempt. (Its earmark is checked by `check_graceful_pass`: every rule holds once settled with
+    each moving job on its new entry, so nobody was given that room meanwhile.)"""
     jobs = {job.id: job for job in snap.jobs}
     enabled = {s.id for s in snap.shares if s.enabled}
     # What the jobs still waiting after the pass ask for: (type, plan or None).
@@ -282,20 +282,10 @@ def check_relocations(snap: Snapshot, decisions: Decisions, stopping: dict[int, 
         if job.status == JobStatus.RUNNABLE and job.share_id in enabled
         for e in job.entries
     }
-    admitted = {a.job_id: a for a in decisions.admissions}
-    for job_id, quiet in list(stopping.items()):
+    for job_id in list(stopping):
         job = jobs.get(job_id)
-        if job is None or job.status != JobStatus.RUNNABLE:
-            continue
-        target = job.entries[job.nomination.entry_index]
-        plan = next((p for p in snap.plans if p.name == target.training_plan), None)
-        ending = plan is not None and (
-            plan.end_time - snap.now <= timedelta(seconds=snap.plan_drain_seconds)
-            or plan.start_time > snap.now
-        )
-        if quiet and snap.queue_enabled and not ending:
-            assert job_id in admitted and admitted[job_id].entry_index <= job.nomination.entry_index
-        del stopping[job_id]
+        if job is None or job.status != JobStatus.STOPPING:
+            del stopping[job_id]  # stopped: its next placement is a new attempt
     # Borrowing is read on what the pass left when it came to the moves: its decisions up to the first
     # admission of a job moved at once (the sweep after the moves comes later), then each move in turn.
     moved_at_once = {r.job_id for r in decisions.relocations if not r.graceful}
