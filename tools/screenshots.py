@@ -320,6 +320,10 @@ def photograph(
                 "share-form": f"/manage/shares/{vision.pk}/",
                 "plans": "/manage/plans/",
                 "whatif-form": "/manage/whatif/",
+                "profile": "/profile/",
+                "access-keys": "/profile/access-keys/",
+                "teams": "/teams/",
+                "notifications": "/notifications/",
             }
             for name, path in extra.items():
                 if not wanted(name):
