@@ -518,7 +518,7 @@ class JobSerializer(StrictModelSerializer):
     estimated_start = EstimatedStartSerializer(
         read_only=True,
         allow_null=True,
-        help_text="RUNNABLE: when it is likely to start if no other job arrives (SPEC 3.5); otherwise null",
+        help_text="RUNNABLE: when it is likely to start if no other job arrives; otherwise null",
     )
     attempts = AttemptSerializer(many=True, read_only=True)
 
@@ -780,7 +780,7 @@ class WorkQuerySerializer(serializers.Serializer):
     gang = serializers.BooleanField(
         required=False,
         default=False,
-        help_text="the executor takes tasks (SPEC 4.1): it may claim part of a job of several instances, and "
+        help_text="the executor takes tasks: it may claim part of a job of several instances (several hosts), and "
         "starts a task only once its roster is out (`go`); needs free_slots",
     )
     slots = serializers.IntegerField(

@@ -44,7 +44,7 @@ def test_the_philly_comparison_on_a_slice_prints_tables_and_writes_json_and_char
     assert "Microsoft Philly" in output and "CC-BY-4.0" in output
     for name in ("all-RESERVE", "all-LEND", "all-LEND_AND_BORROW"):
         assert f"{name}: " in output
-    assert "jobs/s" in output and "--check: SPEC section 2 held" in output
+    assert "jobs/s" in output and "--check: the capacity rules held" in output
     document = json.loads((tmp_path / "out.json").read_text())
     assert [c["configuration"]["name"] for c in document["configurations"]] == [
         "all-RESERVE",

@@ -523,7 +523,9 @@ class Stats:
 
 
 class Command(BaseCommand):
-    help = "Soak the web server, Celery workers and beat on PostgreSQL and Redis, checking SPEC 2 throughout."
+    help = (
+        "Soak the web server, Celery workers and beat on PostgreSQL and Redis, checking the capacity rules."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--seconds", type=int, default=60, help="load phase length (default 60)")

@@ -123,7 +123,7 @@ class Command(BaseCommand):
             default=0.0,
             help="delay between placement and run (default 0: SCHEDULED -> RUNNING at once)",
         )
-        run.add_argument("--check", action="store_true", help="verify SPEC section 2 after every pass")
+        run.add_argument("--check", action="store_true", help="verify the capacity rules after every pass")
         run.add_argument(
             "--verify-shortcuts",
             action="store_true",
@@ -436,7 +436,7 @@ class Command(BaseCommand):
         for replay in replays:
             self.stdout.write(speed_line(replay.metrics))
         if options["check"]:
-            self.stdout.write("--check: SPEC section 2 held after every pass of every configuration")
+            self.stdout.write("--check: the capacity rules held after every pass of every configuration")
 
     def scaling(self, options) -> None:
         """Seconds per 1,000 jobs for 1, 2 and 4 weeks from --start: flat when a replay's cost is per job.
