@@ -47,6 +47,16 @@ def envint(name: str, default: int, *, minimum: int | None = None, maximum: int 
     return value
 
 
+def envname(name: str, default: str) -> str:
+    """A name for a queue or a key prefix: letters, digits, dot, dash and underscore, 1 to 64 of them."""
+    raw = os.environ.get(name, default).strip()
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", raw):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a usable name: 1 to 64 letters, digits, '.', '-' or '_'"
+        )
+    return raw
+
+
 def envlist(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

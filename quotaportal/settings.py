@@ -12,7 +12,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from quotaportal.env import envbool, envint, envlevel, envlist, envrate, envstr, envurl
+from quotaportal.env import envbool, envint, envlevel, envlist, envname, envrate, envstr, envurl
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Durations have maxima: a number of seconds or days the process would add to today's date must not take it
@@ -208,6 +208,9 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "interval_max": 0.2,
 }
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
+# CELERY_QUEUE: the broker queue the web processes, workers and beat of one deployment share. Two deployments
+# (or test runs) on one Redis database must name different queues, or each worker takes the other's passes.
+CELERY_TASK_DEFAULT_QUEUE = envname("CELERY_QUEUE", "celery")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -299,13 +302,16 @@ CACHE_URL = (
     if envstr("CACHE_URL", "").strip()
     else _default_cache
 )
+# CACHE_KEY_PREFIX: as CELERY_QUEUE, what keeps two deployments on one cache apart (a pass request waiting for
+# one's queue must not silence another's queue with the same id).
+CACHE_KEY_PREFIX = envname("CACHE_KEY_PREFIX", "quotaportal")
 if CACHE_URL.startswith(("redis://", "rediss://")):
     # Short timeouts: a Redis outage makes the throttles fail open quickly instead of hanging requests.
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": CACHE_URL,
-            "KEY_PREFIX": "quotaportal",
+            "KEY_PREFIX": CACHE_KEY_PREFIX,
             "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }
     }
@@ -314,6 +320,7 @@ elif CACHE_URL.startswith("file://"):
         "default": {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
             "LOCATION": CACHE_URL.removeprefix("file://"),
+            "KEY_PREFIX": CACHE_KEY_PREFIX,
         }
     }
 else:

@@ -10,9 +10,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-def run_command(module: str, name: str) -> None:
-    """Set Django up on the environment's settings and run `module.Command` with the process's arguments."""
+def run_command(module: str, name: str, *, own_services: bool = False) -> None:
+    """Set Django up on the environment's settings and run `module.Command` with the process's arguments.
+
+    `own_services`: the tool starts web processes, workers and a beat of its own. They and the tool then name a
+    broker queue and cache key prefix of their own (CELERY_QUEUE, CACHE_KEY_PREFIX, unless set), so a worker
+    of another deployment or test run on the same Redis database never takes the tool's passes, nor the tool's
+    workers theirs."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "quotaportal.settings")
+    if own_services:
+        own = f"{name}-{os.getpid()}"
+        os.environ.setdefault("CELERY_QUEUE", own)
+        os.environ.setdefault("CACHE_KEY_PREFIX", own)
     from django.conf import settings
     from django.core.exceptions import ImproperlyConfigured
 

@@ -136,7 +136,11 @@ class Processes:
         # have settled them: ask the workers for one pass per queue through the broker, as a change would.
         with Celery(broker=broker) as app:
             for queue_id in queue_ids:
-                app.send_task("scheduling.tasks.run_queue_pass", args=[queue_id, trigger])
+                app.send_task(
+                    "scheduling.tasks.run_queue_pass",
+                    args=[queue_id, trigger],
+                    queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+                )
         self.wait(
             lambda: SchedulingPass.objects.filter(started_at__gte=since).exists(),
             60,

@@ -104,8 +104,12 @@ class Stack:
         self.base = f"http://127.0.0.1:{self.port}"
         broker = e2e_broker_url()
         require_redis(broker)
+        self.queue = f"e2e-{uuid.uuid4().hex[:8]}"
         self.env = child_env(
             CELERY_BROKER_URL=broker,
+            # A queue and keys of its own: no worker of another run on this Redis database takes its passes.
+            CELERY_QUEUE=self.queue,
+            CACHE_KEY_PREFIX=self.queue,
             CACHE_URL=broker,  # the work-version key: a pass in the worker wakes a long-poll in the web server
             QUOTAPORTAL_AUTOPASS="1",  # reports and submissions ask for passes, through the worker
             PASS_INTERVAL_SECONDS="1",  # the beat's passes settle deadlines and leases
@@ -133,10 +137,9 @@ class Stack:
             return False
 
     def start(self) -> None:
-        queue = f"e2e-{uuid.uuid4().hex[:8]}"
         celery = [PYTHON, "-m", "celery", "-A", "quotaportal"]
         self.processes["worker"] = start(
-            [*celery, "worker", "--concurrency", "2", "-n", f"{queue}@%h", "--without-gossip"]
+            [*celery, "worker", "--concurrency", "2", "-n", f"{self.queue}@%h", "--without-gossip"]
             + ["--without-mingle", "--without-heartbeat", "--loglevel", "WARNING"],
             self.env,
             self.log_dir / "worker.log",
@@ -193,18 +196,25 @@ class World:
     member_token: str
     executor_token: str
     agents: dict[str, subprocess.Popen] = field(default_factory=dict)
+    patience: float = 30  # how long wait_status waits unless told
 
     @property
     def log(self) -> Path:
         return self.tmp / "jobs.log"
 
     def submit(self, share: str, count: int, mode: str, seconds: float, **fields) -> int:
+        command = [PYTHON, JOB_SCRIPT, str(self.log), mode, str(seconds)]
+        return self.submit_command(share, count, command, name=f"{mode}-{share}", **fields)
+
+    def submit_command(
+        self, share: str, count: int, command: list[str], env: dict | None = None, **fields
+    ) -> int:
         body = {
-            "name": f"{mode}-{share}",
+            "name": f"{share}-{count}",
             "job_queue": self.queue_name,
             "quota_share": share,
             "instance_preferences": [{"instance_type": self.type_name, "instance_count": count}],
-            "payload": {"command": [PYTHON, JOB_SCRIPT, str(self.log), mode, str(seconds)]},
+            "payload": {"command": command, "env": env or {}},
             **fields,
         }
         response = requests.post(
@@ -270,10 +280,10 @@ class World:
             f"job {job} attempt {attempt} wrote {what!r}\n{self.tails()}",
         )
 
-    def wait_status(self, job: int, status: str, seconds: float = 30) -> Job:
+    def wait_status(self, job: int, status: str, seconds: float | None = None) -> Job:
         return wait_for(
             lambda: (found := Job.objects.get(pk=job)).status == status and found,
-            seconds,
+            seconds or self.patience,
             f"job {job} {status} (it is {Job.objects.get(pk=job).status})\n{self.tails()}",
         )
 
@@ -297,37 +307,56 @@ class World:
                     pass
 
 
+def external_world(
+    tag: str,
+    type_name: str,
+    *,
+    grace: int,
+    lease: int,
+    shares: dict,
+    deadline: int | None = None,
+    capacity: int | None = None,
+) -> dict:
+    """An external environment `tag-env` with its queue `tag`, one instance type (capacity: the sum of the
+    shares' limits unless given), a team's shares (`shares`: name -> (strategy, limit)), a member and an
+    executor account: the fields a World is made of, tokens for both accounts among them."""
+    extra = {} if deadline is None else {"start_deadline_seconds": deadline}
+    environment = ServiceEnvironmentFactory(
+        name=f"{tag}-env",
+        executor=ServiceEnvironment.Executor.EXTERNAL,
+        stop_grace_seconds=grace,
+        lease_seconds=lease,
+        **extra,
+    )
+    queue = JobQueueFactory(name=tag, service_environment=environment)
+    environment_with(queue, {type_name: capacity or sum(limit for _, limit in shares.values())})
+    team = TeamFactory(name=tag, slug=tag)
+    for name, (strategy, limit) in shares.items():
+        share_with(queue, name, {type_name: limit}, team=team, strategy=strategy)
+    member = UserFactory(username=f"{tag}-member")
+    MembershipFactory(team=team, user=member, role=Membership.Role.MEMBER)
+    executor = UserFactory(username=f"{tag}-executor")
+    executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
+    environment.executor_accounts.add(executor)
+    return {
+        "environment": environment,
+        "queue_name": tag,
+        "type_name": type_name,
+        "member_token": Token.objects.create(user=member).key,
+        "executor_token": Token.objects.create(user=executor).key,
+    }
+
+
 @pytest.fixture
 def make_world(stack, tmp_path):
     made: list[World] = []
 
     def make(tag: str, *, grace: int, lease: int, shares: dict[str, tuple[str, int]]) -> World:
         """`shares`: name -> (strategy, limit); the environment's capacity is the sum of the limits."""
-        environment = ServiceEnvironmentFactory(
-            name=f"{tag}-env",
-            executor=ServiceEnvironment.Executor.EXTERNAL,
-            stop_grace_seconds=grace,
-            lease_seconds=lease,
-        )
-        queue = JobQueueFactory(name=tag, service_environment=environment)
-        type_name = f"e2e.{tag}"
-        environment_with(queue, {type_name: sum(limit for _, limit in shares.values())})
-        team = TeamFactory(name=tag, slug=tag)
-        for name, (strategy, limit) in shares.items():
-            share_with(queue, name, {type_name: limit}, team=team, strategy=strategy)
-        member = UserFactory(username=f"{tag}-member")
-        MembershipFactory(team=team, user=member, role=Membership.Role.MEMBER)
-        executor = UserFactory(username=f"{tag}-executor")
-        executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
-        environment.executor_accounts.add(executor)
         world = World(
             stack=stack,
             tmp=tmp_path,
-            environment=environment,
-            queue_name=tag,
-            type_name=type_name,
-            member_token=Token.objects.create(user=member).key,
-            executor_token=Token.objects.create(user=executor).key,
+            **external_world(tag, f"e2e.{tag}", grace=grace, lease=lease, shares=shares),
         )
         made.append(world)
         return world

@@ -14,12 +14,10 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 
 from scheduling.models import (
     Event,
@@ -28,22 +26,11 @@ from scheduling.models import (
     Job,
     JobStatus,
     JobTask,
-    Membership,
     QuotaShare,
-    ServiceEnvironment,
     TaskState,
 )
-from tests.factories import (
-    JobQueueFactory,
-    MembershipFactory,
-    ServiceEnvironmentFactory,
-    TeamFactory,
-    UserFactory,
-    environment_with,
-    share_with,
-)
 from tests.ops.support import PYTHON, start, wait_for
-from tests.ops.test_agent_end_to_end import AGENT_DIR, JOB_SCRIPT, Stack, halt
+from tests.ops.test_agent_end_to_end import AGENT_DIR, JOB_SCRIPT, Stack, World, external_world, halt, kinds
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -68,17 +55,11 @@ def stack(transactional_db, tmp_path):
 
 
 @dataclass
-class Fleet:
-    """One external environment, its queue and shares, a member and an executor account, and its agents."""
+class Fleet(World):
+    """One external environment, its queue and shares, a member and an executor account, and its agents, which
+    run the ranks of `gang_check.py`."""
 
-    stack: Stack
-    tmp: Path
-    environment: ServiceEnvironment
-    queue_name: str
-    type_name: str
-    member_token: str
-    executor_token: str
-    agents: dict[str, subprocess.Popen] = field(default_factory=dict)
+    patience: float = 40
 
     @property
     def log(self) -> Path:
@@ -89,31 +70,6 @@ class Fleet:
     ) -> int:
         command = [PYTHON, GANG_SCRIPT, str(self.log), mode, str(seconds)]
         return self.submit_command(share, count, command, env, name=f"{mode}-{share}-{count}", **fields)
-
-    def submit_command(
-        self, share: str, count: int, command: list[str], env: dict | None = None, **fields
-    ) -> int:
-        import requests
-
-        body = {
-            "name": f"{share}-{count}",
-            "job_queue": self.queue_name,
-            "quota_share": share,
-            "instance_preferences": [{"instance_type": self.type_name, "instance_count": count}],
-            "payload": {"command": command, "env": env or {}},
-            **fields,
-        }
-        response = requests.post(
-            f"{self.stack.base}/api/v1/jobs/",
-            json=body,
-            headers={"Authorization": f"Token {self.member_token}"},
-            timeout=10,
-        )
-        assert response.status_code == 201, response.text
-        return response.json()["id"]
-
-    def work_dir(self, name: str) -> Path:
-        return self.tmp / f"agent-{name}"
 
     def start_agent(self, name: str, slots: int = 1, *extra: str) -> subprocess.Popen:
         argv = [PYTHON, "-m", "quotaportal_agent", "--url", self.stack.base, "--token", self.executor_token]
@@ -154,20 +110,6 @@ class Fleet:
             f"job {job} attempt {attempt}: {ranks} rank(s) wrote {what!r}\n{self.tails()}",
         )
 
-    def wait_status(self, job: int, status: str, seconds: float = 40) -> Job:
-        return wait_for(
-            lambda: (found := Job.objects.get(pk=job)).status == status and found,
-            seconds,
-            f"job {job} {status} (it is {Job.objects.get(pk=job).status})\n{self.tails()}",
-        )
-
-    def tails(self) -> str:
-        own = "\n".join(
-            f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}"
-            for log in sorted(self.tmp.glob("*.log"))
-        )
-        return own + "\n" + self.stack.tails()
-
     def cleanup(self) -> None:
         for process in self.agents.values():
             halt(process, grace=0)
@@ -186,43 +128,16 @@ def make_fleet(stack, tmp_path):
     def make(
         tag: str, *, grace: int, lease: int, deadline: int, shares: dict, capacity: int | None = None
     ) -> Fleet:
-        environment = ServiceEnvironmentFactory(
-            name=f"{tag}-env",
-            executor=ServiceEnvironment.Executor.EXTERNAL,
-            stop_grace_seconds=grace,
-            lease_seconds=lease,
-            start_deadline_seconds=deadline,
+        fields = external_world(
+            tag, f"gang.{tag}", grace=grace, lease=lease, shares=shares, deadline=deadline, capacity=capacity
         )
-        queue = JobQueueFactory(name=tag, service_environment=environment)
-        type_name = f"gang.{tag}"
-        environment_with(queue, {type_name: capacity or sum(limit for _, limit in shares.values())})
-        team = TeamFactory(name=tag, slug=tag)
-        for name, (strategy, limit) in shares.items():
-            share_with(queue, name, {type_name: limit}, team=team, strategy=strategy)
-        member = UserFactory(username=f"{tag}-member")
-        MembershipFactory(team=team, user=member, role=Membership.Role.MEMBER)
-        executor = UserFactory(username=f"{tag}-executor")
-        executor.user_permissions.add(Permission.objects.get(codename="report_job_status"))
-        environment.executor_accounts.add(executor)
-        fleet = Fleet(
-            stack=stack,
-            tmp=tmp_path,
-            environment=environment,
-            queue_name=tag,
-            type_name=type_name,
-            member_token=Token.objects.create(user=member).key,
-            executor_token=Token.objects.create(user=executor).key,
-        )
+        fleet = Fleet(stack=stack, tmp=tmp_path, **fields)
         made.append(fleet)
         return fleet
 
     yield make
     for fleet in made:
         fleet.cleanup()
-
-
-def kinds(job: int) -> list[str]:
-    return list(Event.objects.filter(job_id=job).order_by("id").values_list("kind", flat=True))
 
 
 def met_files(fleet: Fleet, job: int) -> dict[int, dict]:

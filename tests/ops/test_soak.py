@@ -17,8 +17,10 @@ from tools.soak.command import (
     Command,
     Config,
     agent_slots,
+    answer_text,
     capacity_violations,
     history_violations,
+    logs_excerpt,
     replay_violations,
     slot_violations,
     unstarted_hold_violations,
@@ -262,7 +264,7 @@ def test_a_short_soak_passes_with_three_workers(tmp_path):
         timeout=420,
     )
 
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-8000:]
     result = json.loads(report.read_text())
     assert result["violations"] == []
     assert result["samples"] >= 40 and result["sample_errors"] == 0
@@ -303,7 +305,7 @@ def test_a_soak_with_multi_slot_and_one_slot_agents_never_holds_a_slot_twice(tmp
         text=True,
         timeout=420,
     )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-8000:]
     result = json.loads(report.read_text())
     assert result["violations"] == [] and result["agents"]["violations"] == 0
     assert result["agents"]["processes"] >= 5 and result["agents"]["tasks"] >= 5
@@ -362,3 +364,40 @@ def test_the_unstarted_hold_check_catches_capacity_held_past_the_start_deadline_
     lines = [f"{(T0 + timedelta(seconds=5)).timestamp():.3f} start 1 1 0 /soak/agent0 0"]
     (found,) = unstarted_hold_violations(attempts, lines, now=T0 + timedelta(seconds=300))
     assert found.startswith("job 2 attempt 1 held its capacity 200 s")  # job 3 ended within its deadline
+
+
+def test_a_failed_soak_quotes_the_errors_its_services_logged_and_the_agents_last_lines(tmp_path):
+    (tmp_path / "web.log").write_text(
+        "2026-12-05 04:31:50,001 WARNING django.request Conflict: /api/v1/jobs/7/cancel/\n"
+        "2026-12-05 04:31:51,002 ERROR django.request Internal Server Error: /api/v1/jobs/\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in submit\n'
+        "django.db.utils.OperationalError: deadlock detected\n"
+        "2026-12-05 04:31:52,003 WARNING django.request Bad Request: /api/v1/jobs/\n"
+    )
+    (tmp_path / "worker0.log").write_text("all quiet\n")
+    (tmp_path / "agent3.log").write_text("".join(f"line {i}\n" for i in range(40)))
+    text = logs_excerpt(tmp_path)
+    assert "Internal Server Error" in text and "deadlock detected" in text
+    assert "Conflict" not in text and "Bad Request" not in text and "worker0" not in text
+    assert "line 39" in text and "line 25" in text and "line 24" not in text  # an agent's last 15 lines
+    assert logs_excerpt(tmp_path, limit=100).startswith(f"what the logs say ({tmp_path}):\n[...]")
+    (tmp_path / "web.log").unlink()
+    (tmp_path / "agent3.log").unlink()
+    assert logs_excerpt(tmp_path).endswith("the services logged no errors")
+
+
+def test_an_unexpected_error_page_is_named_by_its_title_not_quoted():
+    class Answer:
+        def __init__(self, content_type, text):
+            self.headers, self.text = {"Content-Type": content_type}, text
+
+    page = "<!doctype html><html><head><title>Something went wrong · quotaportal</title></head>" + "x" * 500
+    assert (
+        answer_text(Answer("text/html; charset=utf-8", page))
+        == "(an HTML page: Something went wrong · quotaportal)"
+    )
+    assert (
+        answer_text(Answer("application/json", '{"detail": "' + "y" * 400 + '"}'))
+        == ('{"detail": "' + "y" * 400)[:300]
+    )

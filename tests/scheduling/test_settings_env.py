@@ -118,6 +118,8 @@ def start(tmp_path, **variables):
             "CELERY_BROKER_URL='redis://cache:six/0' is not a valid",
         ),
         ("CACHE_URL", "redis://cache:70000/1", "CACHE_URL='redis://cache:70000/1' is not a valid"),
+        ("CELERY_QUEUE", "passes for team a", "CELERY_QUEUE='passes for team a' is not a usable name"),
+        ("CACHE_KEY_PREFIX", "x" * 65, "CACHE_KEY_PREFIX='" + "x" * 65 + "' is not a usable name"),
         ("EVENT_RETENTION_DAYS", "99999999", "EVENT_RETENTION_DAYS=99999999 is above its maximum"),
         ("HISTORY_DAYS", "4000000", "HISTORY_DAYS=4000000 is above its maximum"),
         (
@@ -147,3 +149,26 @@ def test_log_level_is_read_in_any_case(tmp_path):
 
     assert result.returncode == 0, result.stderr
     assert "'level': 'WARNING'" in result.stdout
+
+
+def test_two_deployments_on_one_redis_name_their_own_queue_and_key_prefix(tmp_path):
+    import subprocess
+    import sys
+
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DEBUG": "1",
+        "QUOTAPORTAL_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "quotaportal.settings",
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+    }
+    code = (
+        "import django; from django.conf import settings; django.setup(); "
+        "from quotaportal.celery import app; "
+        "print(app.conf.task_default_queue, settings.CACHES['default']['KEY_PREFIX'])"
+    )
+    default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert default.stdout.split() == ["celery", "quotaportal"], default.stderr
+    env |= {"CELERY_QUEUE": "soak-1", "CACHE_KEY_PREFIX": "soak-1"}
+    own = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert own.stdout.split() == ["soak-1", "soak-1"], own.stderr

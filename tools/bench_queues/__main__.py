@@ -2,4 +2,4 @@
 
 from tools.cli import run_command
 
-run_command("tools.bench_queues.command", "bench_queues")
+run_command("tools.bench_queues.command", "bench_queues", own_services=True)

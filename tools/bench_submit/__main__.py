@@ -2,4 +2,4 @@
 
 from tools.cli import run_command
 
-run_command("tools.bench_submit.command", "bench_submit")
+run_command("tools.bench_submit.command", "bench_submit", own_services=True)

@@ -65,6 +65,7 @@ from scheduling.models import (
     UNFINISHED_STATUSES,
     EnvironmentCapacity,
     Event,
+    Executor,
     InstanceType,
     Job,
     JobAttempt,
@@ -621,6 +622,7 @@ class Command(BaseCommand):
             self.processes.stop_all()
         self._report(result)
         if result["violations"]:
+            self.stderr.write(logs_excerpt(self.log_dir))
             raise CommandError(f"{len(result['violations'])} violation(s); logs in {self.log_dir}")
 
     # --- set-up ---------------------------------------------------------------------------------------------
@@ -681,11 +683,26 @@ class Command(BaseCommand):
                 )[:20]
             )
             self.stats.violation(
-                f"{undrained} (the external executor's last round began "
-                f"{time.monotonic() - self.executor_heartbeat:.1f} s ago); unfinished: "
+                f"{undrained} ({self._external_progress(world)}); unfinished: "
                 + "; ".join(f"job {i} on {q} {s}: {r[:160]}" for i, q, s, r in left)
             )
         return self._final_checks(world, started_at, load_seconds, drain_seconds, backlog)
+
+    def _external_progress(self, world: dict) -> str:
+        """Who runs the external queue and when they were last heard from: the soak's own executor, or the
+        agents as the server saw their polls."""
+        if not self.options["agents"]:
+            return f"the external executor's last round began {time.monotonic() - self.executor_heartbeat:.1f} s ago"
+        now = timezone.now()
+        seen = Executor.objects.filter(service_environment_id=world["ext_environment_id"]).order_by("name")
+        return "agents as the server last saw them: " + (
+            ", ".join(
+                f"{e.name} {(now - e.last_seen_at).total_seconds():.1f} s ago offering {e.offered_slots} "
+                f"of {e.total_slots} {e.offered_instance_type}"
+                for e in seen
+            )
+            or "none has polled"
+        )
 
     def _start_redis(self, port: int) -> str:
         if shutil.which("redis-server") is None:
@@ -855,7 +872,7 @@ class Command(BaseCommand):
         self.stats.record(operation, response.status_code)
         if response.status_code not in expected:
             self._unexpected(
-                started, f"{operation} {method} {url}: {response.status_code} {response.text[:300]}"
+                started, f"{operation} {method} {url}: {response.status_code} {answer_text(response)}"
             )
         return response
 
@@ -1098,7 +1115,9 @@ class Command(BaseCommand):
         import redis
 
         try:
-            return redis.Redis.from_url(broker, socket_connect_timeout=2, socket_timeout=2).llen("celery")
+            return redis.Redis.from_url(broker, socket_connect_timeout=2, socket_timeout=2).llen(
+                settings.CELERY_TASK_DEFAULT_QUEUE
+            )
         except redis.RedisError:
             return None
 
@@ -1326,6 +1345,37 @@ class Command(BaseCommand):
         write(self.style.SUCCESS("RESULT: PASS") if not r["violations"] else self.style.ERROR("RESULT: FAIL"))
         if self.options["json"]:
             Path(self.options["json"]).write_text(json.dumps(r, indent=2, default=str))
+
+
+def answer_text(response) -> str:
+    """The start of an unexpected answer, without the markup of an error page."""
+    if "html" in response.headers.get("Content-Type", ""):
+        title = response.text.partition("<title>")[2].partition("</title>")[0]
+        return f"(an HTML page: {title.strip() or 'untitled'})"
+    return response.text[:300]
+
+
+def logs_excerpt(log_dir: Path, *, limit: int = 6000) -> str:
+    """What the soak's services logged as errors (tracebacks, ERROR and CRITICAL lines), and the last lines of
+    every agent's log: a failed run says why without its log directory, which a CI machine does not keep."""
+    parts = []
+    for path in sorted(log_dir.glob("*.log")):
+        lines = path.read_text(errors="replace").splitlines()
+        if path.name.startswith("agent"):
+            kept = lines[-15:]
+        else:
+            kept, inside = [], False
+            for line in lines:
+                if line.startswith("Traceback") or " ERROR " in line or " CRITICAL " in line:
+                    inside = True
+                elif inside and line[:4].isdigit():  # a new timestamped line ends a traceback
+                    inside = False
+                if inside:
+                    kept.append(line)
+        if kept:
+            parts.append(f"--- {path.name}\n" + "\n".join(kept[-60:]))
+    text = "\n".join(parts) or "the services logged no errors"
+    return f"what the logs say ({log_dir}):\n" + (text if len(text) <= limit else "[...]" + text[-limit:])
 
 
 # --- the soak's world ---------------------------------------------------------------------------------------
