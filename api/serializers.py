@@ -503,6 +503,13 @@ class JobSerializer(StrictModelSerializer):
         help_text=f"1 to {MAX_PREFERENCES} entries, tried in order",
     )
     payload = JsonObjectField(required=False, help_text="a JSON object of at most 64 KiB, for the executor")
+    retry_rules = serializers.JSONField(
+        required=False,
+        default=list,
+        help_text='up to 5 rules {"action": "RETRY" | "EXIT", "on_status_reason", "on_reason", '
+        '"on_exit_code"}, each condition exact or a prefix ending in *: on a failed attempt the first rule '
+        "whose given conditions all match decides; none matching retries while attempts are left",
+    )
     selected_instance_type = NameField("instance type", read_only=True)
     selected_training_plan = NameField("training plan", read_only=True)
     status_reason = serializers.CharField(
@@ -534,6 +541,7 @@ class JobSerializer(StrictModelSerializer):
             "scheduling_priority",
             "instance_preferences",
             "retry_attempts",
+            "retry_rules",
             "preemption_retries_before_termination",
             "max_pending_seconds",
             "duration_seconds",

@@ -55,6 +55,7 @@ def test_job_body_has_exactly_the_fields_of_the_spec(world, client_for):
         "scheduling_priority",
         "instance_preferences",
         "retry_attempts",
+        "retry_rules",
         "preemption_retries_before_termination",
         "max_pending_seconds",
         "duration_seconds",
@@ -90,6 +91,25 @@ def test_attempt_duration_seconds_is_submitted_read_back_and_bounded(world, clie
     response = client.post(JOBS, submission(name="j2", attempt_duration_seconds=2_592_001), format="json")
     assert response.status_code == 400
     assert "attempt_duration_seconds" in response.json()
+
+
+def test_retry_rules_are_submitted_read_back_and_refused_naming_the_rule(world, client_for):
+    client = client_for(world.ana)
+    assert client.post(JOBS, submission(), format="json").json()["retry_rules"] == []
+    rules = [{"action": "EXIT", "on_exit_code": "137"}, {"action": "RETRY", "on_reason": "CUDA*"}]
+    body = client.post(JOBS, submission(name="j2", retry_rules=rules), format="json").json()
+    assert body["retry_rules"] == rules and Job.objects.get(pk=body["id"]).retry_rules == rules
+    before = Job.objects.count()
+    bad = [{"action": "RETRY"}, {"action": "MAYBE", "on_reason": "a*b"}]
+    response = client.post(JOBS, submission(name="j3", retry_rules=bad), format="json")
+    assert response.status_code == 400
+    assert response.json()["retry_rules"] == [
+        "[1].action: must be RETRY or EXIT",
+        "[1].on_reason: a * may only end the pattern",
+    ]
+    response = client.post(JOBS, submission(name="j4", retry_rules={"action": "EXIT"}), format="json")
+    assert response.status_code == 400 and response.json()["retry_rules"] == ["must be a list of rules"]
+    assert Job.objects.count() == before
 
 
 def test_relocate_is_submitted_and_read_back_and_defaults_to_false(world, client_for):
