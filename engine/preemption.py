@@ -112,21 +112,27 @@ class VictimSet:
 
         While it runs only the share's own usage grows, and the job fits with d more instances of it exactly
         while d is at most the slack (`own_slack`), so a victim goes back exactly when its instances are within
-        what is left of it. When `run` is the first of the holding's candidates, as a search takes them, the
-        jobs going back from its end until one holds more than is left are read off the candidates' running
-        sums (`Candidates.tail_within`) instead of walked.
+        what is left of it. The run begins with the first of the holding's candidates (all of it, as a search
+        takes them; all but the few kept by an earlier round, after one): there the jobs going back from its
+        end, until one holds more than is left, are read off the candidates' running sums
+        (`Candidates.tail_within`) instead of walked.
         """
-        candidates = self.own_candidates(run)
-        held = None if candidates is None else candidates.instances(len(run))
-        slack = self.own_slack(fits, run, held)
+        candidates, first = self.own_prefix(run)
+        held = candidates.instances(first)
+        for job in run[first:]:
+            held += job.placement.instance_count
+        slack = self.own_slack(fits, held)
         returned = 0
         position = len(run)
-        if candidates is not None and slack:
-            position = candidates.tail_within(len(run), slack)
-            returned = held - candidates.instances(position)
-            slack -= returned
         needed: list[Job] = []
         while slack and position:  # once the slack is spent, every victim left is needed
+            if position == first:
+                position = candidates.tail_within(first, slack)
+                back = candidates.instances(first) - candidates.instances(position)
+                slack -= back
+                returned += back
+                first = -1
+                continue
             position -= 1
             job = run[position]
             count = job.placement.instance_count
@@ -139,45 +145,34 @@ class VictimSet:
         self.move_own(returned)
         return needed
 
-    def own_candidates(self, run: list[Job]) -> Candidates | None:
-        """The holding's candidates when `run` is their first `len(run)`, None otherwise (some were put back
-        from among them). A run is always some of the candidates in their order, so it is their first ones
-        exactly when it ends where they would."""
-        candidates = candidates_of(self.state, self.holding)
-        last = candidates.start + len(run) - 1
-        if last < len(candidates.jobs) and candidates.jobs[last] is run[-1]:
-            return candidates
-        return None
+    def own_prefix(self, run: list[Job]) -> tuple[Candidates, int]:
+        """The holding's candidates, and how many of the first jobs of `run` are their first ones.
 
-    def own_slack(self, fits: Callable[[], bool], run: list[Job], held: int | None = None) -> int:
-        """The most instances, up to what the jobs of `run` hold, the share's own usage can grow by with `fits`
-        still true.
+        A run is always some of the candidates in their order, so once one of its jobs is not where it would
+        be in the list, none after it is: a bisection finds the first such job.
+        """
+        candidates = candidates_of(self.state, self.holding)
+        jobs, start = candidates.jobs, candidates.start
+        first = bisect_left(range(len(run)), True, key=lambda index: run[index] is not jobs[start + index])
+        return candidates, first
+
+    def own_slack(self, fits: Callable[[], bool], held: int) -> int:
+        """The most instances, up to `held` (what the victims that could go back hold), the share's own usage
+        can grow by with `fits` still true.
 
         `fits` holds now, and only depends on the share's own usage as it grows (fewer instances within its
         limits, more held in the environment), so it holds up to some slack and not beyond. The search first
         tries where the rules stop holding (`turns`: the slack is most often the lowest), then steps that
-        double from there and a bisection: the cost follows the slack's distance from those, not the run,
-        whose instances (`held`, when known) are summed from its end only as far as the probes reach.
+        double from there and a bisection: the cost follows the slack's distance from those.
         """
-        counted, summed = len(run), 0  # run[counted:] hold `summed` instances
-        if held is not None:
-            counted, summed = 0, held
-
-        def capped(instances: int) -> int:
-            nonlocal counted, summed
-            while summed < instances and counted:
-                counted -= 1
-                summed += run[counted].placement.instance_count
-            return min(instances, summed)
-
         low, high = 0, None
         for turn in self.turns():
             for target in (turn, turn + 1):
                 if target <= low:
                     continue
-                probe = capped(target)
+                probe = min(target, held)
                 if probe == low:
-                    return low  # all the run's instances
+                    return low  # every instance the victims hold
                 if not self._holds_with(fits, probe):
                     high = probe - 1
                     break
@@ -186,7 +181,7 @@ class VictimSet:
                 break
         step = 1
         while high is None:
-            probe = capped(low + step)
+            probe = min(low + step, held)
             if probe == low:
                 return low
             if not self._holds_with(fits, probe):

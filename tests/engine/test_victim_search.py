@@ -79,12 +79,16 @@ def test_contended_passes_get_the_same_victims(queue: Snapshot, rng: random.Rand
     assert fast == slow
 
 
+original_prefix = preemption.VictimSet.own_prefix
+
+
 def without_turns(self):
     return []
 
 
-def never_first(self, run):
-    return None
+def walked_whole(self, run):
+    candidates, _ = original_prefix(self, run)
+    return candidates, 0
 
 
 def with_and_without_the_shortcuts(
@@ -93,21 +97,20 @@ def with_and_without_the_shortcuts(
     """The decisions with the searches' shortcuts (probes where the rules turn first, the put-back's returns
     read off the candidates' sums), without them (doubling steps from nothing, a walk over every run), and how
     often a put-back read its returns off the sums."""
-    first = preemption.VictimSet.own_candidates
     read = 0
 
     def counting(self, run):
         nonlocal read
-        candidates = first(self, run)
-        read += candidates is not None
-        return candidates
+        candidates, first = original_prefix(self, run)
+        read += first > 0
+        return candidates, first
 
     with monkeypatch.context() as patch:
-        patch.setattr(preemption.VictimSet, "own_candidates", counting)
+        patch.setattr(preemption.VictimSet, "own_prefix", counting)
         fast = schedule(snap)
     with monkeypatch.context() as patch:
         patch.setattr(preemption.VictimSet, "turns", without_turns)
-        patch.setattr(preemption.VictimSet, "own_candidates", never_first)
+        patch.setattr(preemption.VictimSet, "own_prefix", walked_whole)
         slow = schedule(snap)
     return fast, slow, read
 
