@@ -525,9 +525,9 @@ def take_own_until(
     if not fits_after(available):
         victims.move_own(-candidates.instances(available))
         return None
-    # First where a share rule starts to hold (the fewest first victims freeing what it needs: most often the
-    # answer), then steps that double and a bisection: the cost follows how far the answer is from those,
-    # not how many candidates the share has.
+    # First where each rule starts to hold (`VictimSet.turns`: the fewest first victims freeing what it needs,
+    # most often the answer for the highest need), then steps that double and a bisection: the cost follows
+    # how far the answer is from those, not how many candidates the share has.
     low, high = 1, available  # fits after `high`, not after fewer than `low`
     for turn in victims.turns():
         fewest = max(1, candidates.fewest_holding(-turn))
