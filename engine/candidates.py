@@ -46,6 +46,11 @@ class Candidates:
             len(self), bisect_left(self.sums, self.sums[self.start] + instances, lo=self.start) - self.start
         )
 
+    def tail_within(self, count: int, instances: int) -> int:
+        """Where the longest tail of the first `count` candidates holding at most `instances` begins."""
+        end = self.start + count
+        return bisect_left(self.sums, self.sums[end] - instances, lo=self.start, hi=end) - self.start
+
     def all(self) -> list[Job]:
         return self.jobs[self.start :]
 

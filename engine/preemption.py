@@ -27,6 +27,7 @@ searched at all: the job waits for them (`fit.fits_once_freed`), and searches no
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -105,33 +106,88 @@ class VictimSet:
         self._move(victim, victim.placement.instance_count)
         self.reclaimed -= victim.share_id != self.holding.share.id
 
-    def own_slack(self, fits: Callable[[], bool], run: list[Job]) -> int:
-        """The most instances, up to what the jobs of `run` hold, the share's own usage can grow by with `fits`
-        still true.
+    def put_back_own(self, fits: Callable[[], bool], run: list[Job]) -> list[Job]:
+        """Put back, last taken first, every job of `run` (the share's own victims) whose return still lets
+        the job fit; the jobs needed, last taken first.
+
+        While it runs only the share's own usage grows, and the job fits with d more instances of it exactly
+        while d is at most the slack (`own_slack`), so a victim goes back exactly when its instances are within
+        what is left of it. The run begins with the first of the holding's candidates (all of it, as a search
+        takes them; all but the few kept by an earlier round, after one): there the jobs going back from its
+        end, until one holds more than is left, are read off the candidates' running sums
+        (`Candidates.tail_within`) instead of walked.
+        """
+        candidates, first = self.own_prefix(run)
+        held = candidates.instances(first)
+        for job in run[first:]:
+            held += job.placement.instance_count
+        slack = self.own_slack(fits, held)
+        returned = 0
+        position = len(run)
+        needed: list[Job] = []
+        while slack and position:  # once the slack is spent, every victim left is needed
+            if position == first:
+                position = candidates.tail_within(first, slack)
+                back = candidates.instances(first) - candidates.instances(position)
+                slack -= back
+                returned += back
+                first = -1
+                continue
+            position -= 1
+            job = run[position]
+            count = job.placement.instance_count
+            if count <= slack:
+                slack -= count
+                returned += count
+            else:
+                needed.append(job)
+        needed.extend(reversed(run[:position]))
+        self.move_own(returned)
+        return needed
+
+    def own_prefix(self, run: list[Job]) -> tuple[Candidates, int]:
+        """The holding's candidates, and how many of the first jobs of `run` are their first ones.
+
+        A run is always some of the candidates in their order, so once one of its jobs is not where it would
+        be in the list, none after it is: a bisection finds the first such job.
+        """
+        candidates = candidates_of(self.state, self.holding)
+        jobs, start = candidates.jobs, candidates.start
+        first = bisect_left(range(len(run)), True, key=lambda index: run[index] is not jobs[start + index])
+        return candidates, first
+
+    def own_slack(self, fits: Callable[[], bool], held: int) -> int:
+        """The most instances, up to `held` (what the victims that could go back hold), the share's own usage
+        can grow by with `fits` still true.
 
         `fits` holds now, and only depends on the share's own usage as it grows (fewer instances within its
-        limits, more held in the environment), so it holds up to some slack and not beyond. Steps double from
-        one instance until it stops holding, then a bisection: the cost follows the slack, not the run, whose
-        instances are summed from its end only as far as the steps reach.
+        limits, more held in the environment), so it holds up to some slack and not beyond. The search first
+        tries where the rules stop holding (`turns`: the slack is most often the lowest), then steps that
+        double from there and a bisection: the cost follows the slack's distance from those.
         """
-        counted, summed = len(run), 0  # run[counted:] hold `summed` instances
-
-        def capped(instances: int) -> int:
-            nonlocal counted, summed
-            while summed < instances and counted:
-                counted -= 1
-                summed += run[counted].placement.instance_count
-            return min(instances, summed)
-
-        low, step = 0, 1
-        while True:
-            probe = capped(low + step)
+        low, high = 0, None
+        for turn in self.turns():
+            for target in (turn, turn + 1):
+                if target <= low:
+                    continue
+                probe = min(target, held)
+                if probe == low:
+                    return low  # every instance the victims hold
+                if not self._holds_with(fits, probe):
+                    high = probe - 1
+                    break
+                low = probe
+            if high is not None:
+                break
+        step = 1
+        while high is None:
+            probe = min(low + step, held)
             if probe == low:
-                return low  # all the run's instances
+                return low
             if not self._holds_with(fits, probe):
                 high = probe - 1
-                break
-            low, step = probe, step * 2
+            else:
+                low, step = probe, step * 2
         while low < high:
             middle = (low + high + 1) // 2
             if self._holds_with(fits, middle):
@@ -139,6 +195,23 @@ class VictimSet:
             else:
                 high = middle - 1
         return low
+
+    def turns(self) -> list[int]:
+        """How many more instances the share's usage could take, the job placed, before a rule stops holding,
+        lowest first (negative: by how many it must fall): its own limit and its borrow ceiling, now and once
+        settled, and the room in the environment (invariant B) as it would be for a share at or above what it
+        keeps. A search over the share's own usage tries them first: its answer is most often the lowest."""
+        holding, count = self.holding, self.count
+        usage = self.usage_of(holding)
+        room = self.ledger.capacity - self.in_use_or_reserved
+        if self.both:
+            usage = max(usage, self.now_usage_of(holding))
+            room = min(room, self.ledger.capacity - self.now_in_use_or_reserved)
+        turns = [holding.limit - count - usage, room - count]
+        if holding.ceiling is not None:
+            turns.append(holding.ceiling - count - usage)
+        turns.sort()
+        return turns
 
     def _holds_with(self, fits: Callable[[], bool], more: int) -> bool:
         self._change_usage(self.holding, more)
@@ -407,36 +480,19 @@ def put_back_round(trial: Trial, taken: list[Job], fits: Callable[[], bool]) -> 
     """One round: put back, last taken first, every victim whose return still lets the job fit; the rest, in
     the order taken.
 
-    In a victim set, a run of the share's own jobs is put back at once: while it runs only the share's own
-    usage grows, and the job fits with d more instances of it exactly while d is at most the set's slack
-    (`VictimSet.own_slack`), so a victim goes back exactly when its instances are within what is left of it.
+    In a victim set the share's own victims come last (every reclaim candidate is offered before them) and
+    are put back at once (`VictimSet.put_back_own`).
     """
     needed: list[Job] = []
-    own = trial.holding.share.id if isinstance(trial, VictimSet) else None
     index = len(taken) - 1
+    if isinstance(trial, VictimSet):
+        own = trial.holding.share.id
+        start = bisect_left(taken, True, key=lambda job: job.share_id == own)
+        if start < len(taken):
+            needed = trial.put_back_own(fits, taken[start:])
+        index = start - 1
     while index >= 0:
         victim = taken[index]
-        if victim.share_id == own:
-            start = index
-            while start > 0 and taken[start - 1].share_id == own:
-                start -= 1
-            run = taken[start : index + 1]
-            slack = trial.own_slack(fits, run)
-            returned = 0
-            position = len(run)
-            while slack and position:  # once the slack is spent, every victim left is needed
-                position -= 1
-                job = run[position]
-                count = job.placement.instance_count
-                if count <= slack:
-                    slack -= count
-                    returned += count
-                else:
-                    needed.append(job)
-            needed.extend(reversed(run[:position]))
-            trial.move_own(returned)
-            index = start - 1
-            continue
         trial.put_back(victim)
         if not fits():
             trial.take(victim)
@@ -469,11 +525,29 @@ def take_own_until(
     if not fits_after(available):
         victims.move_own(-candidates.instances(available))
         return None
-    # Steps double from one victim to the first count that fits, then a bisection below it: the cost follows
-    # how many victims it takes, not how many candidates the share has.
-    low, high = 1, 1
-    while not fits_after(high):
-        low, high = high + 1, min(2 * high, available)
+    # First where each rule starts to hold (`VictimSet.turns`: the fewest first victims freeing what it needs,
+    # most often the answer for the highest need), then steps that double and a bisection: the cost follows
+    # how far the answer is from those, not how many candidates the share has.
+    low, high = 1, available  # fits after `high`, not after fewer than `low`
+    for turn in victims.turns():
+        fewest = max(1, candidates.fewest_holding(-turn))
+        for target in (fewest, fewest - 1):
+            if not low <= target < high:
+                continue
+            if fits_after(target):
+                high = target
+            else:
+                low = target + 1
+                break
+        if low == high:
+            break
+    step = 1
+    while low < high:
+        probe = min(low + step - 1, high - 1)
+        if fits_after(probe):
+            high = probe
+            break
+        low, step = probe + 1, step * 2
     while low < high:
         middle = (low + high) // 2
         if fits_after(middle):

@@ -31,7 +31,21 @@ def readings(candidates: Candidates) -> tuple:
         [candidates.below(priority) for priority in range(7)],
         [candidates.fewest_holding(instances) for instances in range(total + 2)],
         [job.id for job in candidates.first(3)],
+        [
+            candidates.tail_within(count, instances)
+            for count in range(len(candidates) + 1)
+            for instances in range(0, 20, 3)
+        ],
     )
+
+
+def walked_tail(jobs: list, instances: int) -> int:
+    """Where a walk from the end of `jobs`, taking each while its instances are within what is left, stops."""
+    position = len(jobs)
+    while position and jobs[position - 1].placement.instance_count <= instances:
+        position -= 1
+        instances -= jobs[position].placement.instance_count
+    return position
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -49,6 +63,22 @@ def test_jobs_stopped_near_the_front_leave_the_list_a_fresh_one_would_be(seed):
         assert candidates.drop_stopped(stopped, lost)
         live = [job for job in live if job.id not in stopped]
         assert readings(candidates) == readings(Candidates(0, live))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_tail_within_some_instances_begins_where_a_walk_from_the_end_stops(seed):
+    rng = random.Random(seed)
+    jobs = jobs_in_victim_order(rng, rng.randint(1, 30))
+    candidates = Candidates(0, list(jobs))  # the list rewrites its own jobs in place
+    stopped = {job.id for job in jobs[: rng.randint(0, 6)] if rng.random() < 0.5}
+    lost = sum(job.placement.instance_count for job in jobs if job.id in stopped)
+    if stopped:
+        assert candidates.drop_stopped(stopped, lost)
+    live = [job for job in jobs if job.id not in stopped]
+    for count in range(len(live) + 1):
+        held = sum(job.placement.instance_count for job in live[:count])
+        for instances in range(held + 2):
+            assert candidates.tail_within(count, instances) == walked_tail(live[:count], instances)
 
 
 def test_a_stop_the_list_does_not_hold_leaves_it_unchanged_and_says_so():
