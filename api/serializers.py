@@ -118,6 +118,26 @@ class JsonObjectField(serializers.JSONField):
     """A JSON object (a job's payload, an event's data)."""
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "maxItems": 5,
+        "items": {
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["RETRY", "EXIT"]},
+                "on_status_reason": {"type": "string", "maxLength": 512},
+                "on_reason": {"type": "string", "maxLength": 512},
+                "on_exit_code": {"type": "string", "maxLength": 512},
+            },
+            "required": ["action"],
+        },
+    }
+)
+class RetryRulesField(serializers.JSONField):
+    """A job's retry rules, checked whole by the submission service (each problem names its rule)."""
+
+
 class ShareNameField(serializers.CharField):
     """A quota share by name; names are unique per queue, so the body's job_queue resolves it."""
 
@@ -503,7 +523,7 @@ class JobSerializer(StrictModelSerializer):
         help_text=f"1 to {MAX_PREFERENCES} entries, tried in order",
     )
     payload = JsonObjectField(required=False, help_text="a JSON object of at most 64 KiB, for the executor")
-    retry_rules = serializers.JSONField(
+    retry_rules = RetryRulesField(
         required=False,
         default=list,
         help_text='up to 5 rules {"action": "RETRY" | "EXIT", "on_status_reason", "on_reason", '
