@@ -18,6 +18,7 @@ whole queue where none holds, with what the proofs do not cover:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Set
+from datetime import datetime
 from typing import Any, Protocol
 
 from engine import (
@@ -26,7 +27,6 @@ from engine import (
     Job,
     Snapshot,
 )
-from engine.housekeeping import pending_too_long
 
 from ..config import Configuration, to_datetime
 from .groups import GroupKey, RunnableGroups
@@ -79,7 +79,7 @@ class ShortcutDecider:
         unfinished: Mapping[int, Job],
         placed: PlacedJobs,
         groups: RunnableGroups,
-        timeout_watch: set[int],
+        timeout_watch: Mapping[int, datetime],
         verify: bool,
         settling: Set[int] = frozenset(),
         relocatable: Set[int] = frozenset(),
@@ -115,7 +115,8 @@ class ShortcutDecider:
         """Points 1, 2 and 5, then for a pass that preempts point 3; None when only the whole queue does."""
         moment = to_datetime(now)
         self.reducer.begin_pass(moment, self.placed)
-        due = {job_id for job_id in self.timeout_watch if pending_too_long(self.unfinished[job_id], moment)}
+        # `pending_too_long`, by the moment each watched job becomes due (`pending_too_long_after`)
+        due = {job_id for job_id, after in self.timeout_watch.items() if moment > after}
         snapshot_of, schedule, stats = self.whole.snapshots.of, self.whole.schedule, self.stats
         given_per_group: dict[GroupKey, int] = {}
         for _ in range(MAX_ATTEMPTS):

@@ -24,6 +24,7 @@ class PlacedJobs:
         self.on_demand: dict[tuple[int, str], dict[int, int]] = {}  # (share, type) -> job id -> priority
         # (share, type) -> (the engine's victim key, job id, instances) of its jobs, in reclaim order
         self.in_victim_order: dict[tuple[int, str], list[tuple[tuple[int, float, int], int, int]]] = {}
+        self._victim_keys: dict[int, tuple[int, float, int]] = {}  # job id -> its victim key, while placed
         self.usage: dict[tuple[int, str], int] = {}  # (share, type) -> instances
         self.types_of: dict[int, dict[str, None]] = {}  # share -> the types it holds on demand
         self.on_plans: dict[int, None] = {}
@@ -58,7 +59,8 @@ class PlacedJobs:
             self.in_victim_order[key] = []
             self.types_of.setdefault(job.share_id, {})[placement.instance_type] = None
         holding[job.id] = job.priority
-        insort(self.in_victim_order[key], (victim_key(job, placement), job.id, placement.instance_count))
+        found = self._victim_keys[job.id] = victim_key(job, placement)
+        insort(self.in_victim_order[key], (found, job.id, placement.instance_count))
         self._change(key, placement.instance_count)
 
     def lowest_priority(self, share_id: int, instance_type: str) -> int | None:
@@ -83,7 +85,7 @@ class PlacedJobs:
         holding = self.on_demand[key]
         del holding[job.id]
         in_order = self.in_victim_order[key]
-        del in_order[bisect_left(in_order, (victim_key(job, placement), job.id))]
+        del in_order[bisect_left(in_order, (self._victim_keys.pop(job.id), job.id))]
         self._change(key, -placement.instance_count)
         if not holding:
             del self.on_demand[key]
