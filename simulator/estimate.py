@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from statistics import NormalDist
 
 from engine import Budget, BudgetScope, Decisions, Entry, Job, JobStatus, Snapshot, schedule
@@ -693,6 +694,7 @@ def _basis(job_id: int, forward: _Forward, now: float, start: float) -> str:
     return f"once {jobs} on {instance_type} (running or placed before it) {end}, around {around}"
 
 
+@lru_cache(maxsize=4096)  # thousands of jobs start at the same few hundred passes
 def _clock(seconds: float, now: float | None = None) -> str:
     """A time for a one-line basis: HH:MM UTC, with the day when it is not the day of `now`."""
     moment = EPOCH + timedelta(seconds=seconds)

@@ -966,8 +966,9 @@ class Simulation:
                 f"pass {index}: admission of job {admission.job_id}, which is not RUNNABLE"
             )
         job = outcome.job
-        chosen = Entry(admission.instance_type, admission.instance_count, admission.training_plan)
-        if not 0 <= admission.entry_index < len(job.entries) or job.entries[admission.entry_index] != chosen:
+        if not 0 <= admission.entry_index < len(job.entries) or not _is_entry(
+            job.entries[admission.entry_index], admission
+        ):
             raise InvariantViolation(
                 f"pass {index}: job {job.id} admitted on {admission.instance_type} "
                 f"x{admission.instance_count}, "
@@ -1102,6 +1103,15 @@ class Simulation:
         if outcome is None or outcome.placement is None:
             raise InvariantViolation(f"pass {index}: {what} of job {job_id}, which holds no capacity")
         return outcome
+
+
+def _is_entry(entry: Entry, admission) -> bool:
+    """The admission is on this entry (compared field by field: no `Entry` built per admission)."""
+    return (
+        entry.instance_type == admission.instance_type
+        and entry.instance_count == admission.instance_count
+        and entry.training_plan == admission.training_plan
+    )
 
 
 def decided_anything(decisions: Decisions) -> bool:

@@ -33,6 +33,7 @@ class PlacedJobs:
         self.in_use_or_reserved: dict[str, int] = {}
         self.over_limit: dict[int, int] = {}  # share -> how many of its holdings are over their limit
         self.generation: dict[int, int] = {}  # share -> bumped at every change of its on-demand usage
+        self._reserved_by_holding: dict[tuple[int, str], int] = {}  # (share, type) -> its reserved capacity
         # A count of changes, and per type (per plan) the count at the last change of a holding on it
         self.changes = 0
         self.type_changed: dict[str, int] = {}
@@ -98,21 +99,26 @@ class PlacedJobs:
 
     def contribution(self, share_id: int, instance_type: str) -> int:
         """What the share's holding adds to invariant B's sum for the type: max(usage, reserved)."""
-        share = self.shares[share_id]
-        reserved = reserved_capacity(
-            share.strategy, share.limits.get(instance_type, 0), share.lending_limits.get(instance_type)
-        )
-        return max(self.usage.get((share_id, instance_type), 0), reserved)
+        return max(self.usage.get((share_id, instance_type), 0), self._reserved(share_id, instance_type))
+
+    def _reserved(self, share_id: int, instance_type: str) -> int:
+        key = (share_id, instance_type)
+        reserved = self._reserved_by_holding.get(key)
+        if reserved is None:
+            share = self.shares[share_id]
+            reserved = self._reserved_by_holding[key] = reserved_capacity(
+                share.strategy, share.limits.get(instance_type, 0), share.lending_limits.get(instance_type)
+            )
+        return reserved
 
     def _change(self, key: tuple[int, str], count: int) -> None:
         share_id, instance_type = key
         before = self.usage.get(key, 0)
-        contributed = self.contribution(share_id, instance_type)
+        reserved = self._reserved(share_id, instance_type)
         self.usage[key] = after = before + count
+        # Invariant B's sum: the holding's max(usage, reserved) before and after
         self.in_use_or_reserved[instance_type] = (
-            self.in_use_or_reserved.get(instance_type, 0)
-            + self.contribution(share_id, instance_type)
-            - contributed
+            self.in_use_or_reserved.get(instance_type, 0) + max(after, reserved) - max(before, reserved)
         )
         limit = self.shares[share_id].limits.get(instance_type, 0)
         over = (after > limit) - (before > limit)
