@@ -597,6 +597,17 @@ class Simulation:
             if not candidates:
                 break
             moment, which = min(candidates)
+            if which == 2:
+                # Arrivals touch no completion, cancellation or stop: every one up to the next of those (or
+                # `now`) comes first, in submission order.
+                others = [candidate for candidate in candidates if candidate[1] != 2]
+                until = min(others) if others else (now, 3)
+                arrivals, index = self.arrivals, self.next_arrival
+                while index < len(arrivals) and (arrivals[index].submitted_at, 2) < until:
+                    self._arrive(arrivals[index])
+                    index += 1
+                    self.next_arrival = index
+                continue
             if which == 0:
                 _, job_id, _ = heapq.heappop(self.completions)
                 self._stop(self.outcomes[job_id], moment, Status.SUCCEEDED, "completed")
@@ -604,12 +615,9 @@ class Simulation:
                 _, job_id = self.cancels[self.next_cancel]
                 self.next_cancel += 1
                 self._cancel(self.outcomes[job_id], moment)
-            elif which == 3:
+            else:
                 _, job_id = heapq.heappop(self.stop_ends)
                 self._end_stopping(self.outcomes[job_id], moment)
-            else:
-                self._arrive(self.arrivals[self.next_arrival])
-                self.next_arrival += 1
         wakes = self.wakes
         while wakes and (wakes[0][0] < now or (wakes[0][0] == now and not wakes[0][1])):
             heapq.heappop(wakes)
