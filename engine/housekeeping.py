@@ -61,6 +61,14 @@ def pending_too_long(job: Job, now: datetime) -> bool:
     return pending_for(job, now) > timedelta(seconds=job.max_pending_seconds)
 
 
+def pending_too_long_after(job: Job) -> datetime | None:
+    """The moment after which `pending_too_long(job, now)` holds (None: never), for a caller that asks again
+    and again about the same jobs."""
+    if job.max_pending_seconds is None:
+        return None
+    return (job.runnable_since or job.submitted_at) + timedelta(seconds=job.max_pending_seconds)
+
+
 def time_out_pending_jobs(state: WorkingState, decisions: Decisions) -> set[int]:
     """RUNNABLE jobs of the snapshot waiting more than their max_pending_seconds fail (PENDING_TIMEOUT)."""
     timed_out: set[int] = set()

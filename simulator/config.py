@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -532,6 +532,8 @@ def parse_time(value: Any) -> float:
     return moment.timestamp()
 
 
+# A pass asks for its own moment once per admission, and for few others: a few remembered spare the arithmetic.
+@lru_cache(maxsize=256)
 def to_datetime(seconds: float) -> datetime:
     return EPOCH + timedelta(seconds=seconds)
 

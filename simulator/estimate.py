@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from statistics import NormalDist
 
 from engine import Budget, BudgetScope, Decisions, Entry, Job, JobStatus, Snapshot, schedule
@@ -302,17 +303,21 @@ def _forward(
     share_names = {share.id: share.name for share in snapshot.shares}
     disabled = {share.id for share in snapshot.shares if not share.enabled}
     placed: list[tuple[Job, float]] = []
-    sim_jobs: list[SimJob] = []
-    runnable: dict[int, Job] = {}
+    known = first_pass.jobs if first_pass is not None else None
+    sim_jobs: list[SimJob] = [] if known is None else known[0]
+    runnable: dict[int, Job] = {} if known is None else known[1]
     for job in snapshot.jobs:
         if job.status == JobStatus.RUNNABLE:
-            if job.share_id in disabled:
+            if job.share_id in disabled or known is not None:
                 continue  # never placed while its share is disabled, and never in anyone's way
             runnable[job.id] = job
             sim_jobs.append(_sim_job(job, share_names, configuration))
         elif job.placement is not None:
             placed.append((job, _expected_end(job, expectations, probability, now)))
-            sim_jobs.append(_sim_job(job, share_names, configuration))
+            if known is None:
+                sim_jobs.append(_sim_job(job, share_names, configuration))
+    if first_pass is not None:
+        first_pass.jobs = (sim_jobs, runnable)
     simulation = _ForwardSimulation(
         configuration,
         sim_jobs,
@@ -489,8 +494,11 @@ class _ForwardSimulation(Simulation):
         # Read at the replay's start, so the same in both replays (`_FirstPass` hands them on)
         self.problems: dict[tuple[str, tuple[Entry, ...]], str | None] = {}
         self.entry_problems: dict[tuple[str, Entry], str | None] = {}
+        # job id -> the job as it first arrives: the same in both replays (`_FirstPass` hands them on)
+        self.arrived: dict[int, Job] = {}
         if first_pass is not None:
             self.problems, self.entry_problems = first_pass.problems, first_pass.entry_problems
+            self.arrived = first_pass.arrived
         if lean and isinstance(self.decider, ShortcutDecider):
             # A busy queue's passes would mostly preempt a summed holding of such a share, then nobody among
             # its real jobs: each pass run twice (`shortcuts`, point 1).
@@ -547,10 +555,16 @@ class _ForwardSimulation(Simulation):
         return self.entry_problems[key]
 
     def _runnable_job(self, outcome):
-        since = self.runnable_since.get(outcome.job.id)
-        if since is not None and outcome.attempt == 0:
-            outcome.runnable_since = since.timestamp()
-        return super()._runnable_job(outcome)
+        job_id = outcome.job.id
+        since = self.runnable_since.get(job_id)
+        if since is None or outcome.attempt != 0:
+            return super()._runnable_job(outcome)
+        # Its first arrival, from the snapshot: nothing of the replay has touched it yet.
+        outcome.runnable_since = since.timestamp()
+        job = self.arrived.get(job_id)
+        if job is None:
+            job = self.arrived[job_id] = super()._runnable_job(outcome)
+        return job
 
     def _admit(self, admission, index: int, now: float) -> None:
         super()._admit(admission, index, now)
@@ -601,6 +615,10 @@ class _FirstPass:
     # Which jobs (entries) could never run, judged at the snapshot's time for both replays
     problems: dict = field(default_factory=dict)
     entry_problems: dict = field(default_factory=dict)
+    # The replay's jobs (`SimJob`s, and the RUNNABLE ones of the snapshot by id) and the RUNNABLE jobs as
+    # they first arrive (`_ForwardSimulation._runnable_job`): built from the snapshot alike in both replays
+    jobs: tuple[list, dict] | None = None
+    arrived: dict = field(default_factory=dict)
 
 
 class _SharedFirstPass:
@@ -676,6 +694,7 @@ def _basis(job_id: int, forward: _Forward, now: float, start: float) -> str:
     return f"once {jobs} on {instance_type} (running or placed before it) {end}, around {around}"
 
 
+@lru_cache(maxsize=4096)  # thousands of jobs start at the same few hundred passes
 def _clock(seconds: float, now: float | None = None) -> str:
     """A time for a one-line basis: HH:MM UTC, with the day when it is not the day of `now`."""
     moment = EPOCH + timedelta(seconds=seconds)

@@ -35,6 +35,7 @@ import time as wallclock
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from engine import (
     Decisions,
@@ -49,6 +50,7 @@ from engine import (
     Strategy,
     schedule,
 )
+from engine.housekeeping import pending_too_long_after
 from engine.submission import MAX_PREFERENCES, preference_count_allowed, repeated_entries
 
 from .budgets import BudgetMeter
@@ -317,6 +319,7 @@ class Simulation:
             for s in configuration.shares
         )
         self.share_by_id = {share.id: share for share in self.shares}
+        self.in_share_preempting = frozenset(share.id for share in self.shares if share.in_share_preemption)
         self.plans = tuple(self.config.engine_plans.values())
         self.capacity = dict(configuration.capacity)
         self.arrivals = sorted(jobs, key=lambda job: (job.submitted_at, job.id))
@@ -359,7 +362,8 @@ class Simulation:
             by_priority={share.id for share in self.share_by_id.values() if share.in_share_preemption},
         )
         self.placed = PlacedJobs(self.share_by_id)
-        self.timeout_watch: set[int] = set()
+        # RUNNABLE jobs with a max_pending_seconds -> the moment they have waited longer than that
+        self.timeout_watch: dict[int, datetime] = {}
         self.waiting: dict[tuple, int] = {}  # saturation key -> RUNNABLE jobs
         self.waiting_on_type: dict[str, set[tuple]] = {}
         self.waiting_on_plan: dict[str, set[tuple]] = {}
@@ -593,6 +597,17 @@ class Simulation:
             if not candidates:
                 break
             moment, which = min(candidates)
+            if which == 2:
+                # Arrivals touch no completion, cancellation or stop: every one up to the next of those (or
+                # `now`) comes first, in submission order.
+                others = [candidate for candidate in candidates if candidate[1] != 2]
+                until = min(others) if others else (now, 3)
+                arrivals, index = self.arrivals, self.next_arrival
+                while index < len(arrivals) and (arrivals[index].submitted_at, 2) < until:
+                    self._arrive(arrivals[index])
+                    index += 1
+                    self.next_arrival = index
+                continue
             if which == 0:
                 _, job_id, _ = heapq.heappop(self.completions)
                 self._stop(self.outcomes[job_id], moment, Status.SUCCEEDED, "completed")
@@ -600,12 +615,9 @@ class Simulation:
                 _, job_id = self.cancels[self.next_cancel]
                 self.next_cancel += 1
                 self._cancel(self.outcomes[job_id], moment)
-            elif which == 3:
+            else:
                 _, job_id = heapq.heappop(self.stop_ends)
                 self._end_stopping(self.outcomes[job_id], moment)
-            else:
-                self._arrive(self.arrivals[self.next_arrival])
-                self.next_arrival += 1
         wakes = self.wakes
         while wakes and (wakes[0][0] < now or (wakes[0][0] == now and not wakes[0][1])):
             heapq.heappop(wakes)
@@ -699,7 +711,7 @@ class Simulation:
                 index = self.waiting_on_plan if entry.training_plan else self.waiting_on_type
                 index.setdefault(entry.training_plan or entry.instance_type, set()).add(key)
         if job.max_pending_seconds is not None:
-            self.timeout_watch.add(job.id)
+            self.timeout_watch[job.id] = pending_too_long_after(job)
             heapq.heappush(self.wakes, (job.runnable_since.timestamp() + job.max_pending_seconds, True))
 
     def _dequeue(self, job: Job) -> None:
@@ -713,7 +725,7 @@ class Simulation:
             for entry in job.entries:
                 index = self.waiting_on_plan if entry.training_plan else self.waiting_on_type
                 index[entry.training_plan or entry.instance_type].discard(key)
-        self.timeout_watch.discard(job.id)
+        self.timeout_watch.pop(job.id, None)
 
     def _release(self, outcome: JobOutcome, at: float) -> float:
         """Free the job's capacity at `at`; returns the GPU-seconds its attempt ran."""
@@ -962,8 +974,9 @@ class Simulation:
                 f"pass {index}: admission of job {admission.job_id}, which is not RUNNABLE"
             )
         job = outcome.job
-        chosen = Entry(admission.instance_type, admission.instance_count, admission.training_plan)
-        if not 0 <= admission.entry_index < len(job.entries) or job.entries[admission.entry_index] != chosen:
+        if not 0 <= admission.entry_index < len(job.entries) or not _is_entry(
+            job.entries[admission.entry_index], admission
+        ):
             raise InvariantViolation(
                 f"pass {index}: job {job.id} admitted on {admission.instance_type} "
                 f"x{admission.instance_count}, "
@@ -1050,21 +1063,26 @@ class Simulation:
         if decisions.relocations:
             return False  # more jobs may move than one pass moves
         borrowed_types = set()
-        # type -> share -> the highest priority of its groups waiting with an entry on the type
+        # type -> share with in-share preemption -> the highest priority of its groups waiting with an entry on
+        # the type
         highest: dict[str, dict[int, int]] = {}
+        in_share = self.in_share_preempting
         for admission in decisions.admissions:
             if admission.training_plan is not None:
                 continue
             if admission.borrowed:
                 borrowed_types.add(admission.instance_type)
-            if self.share_by_id[admission.share_id].in_share_preemption:
+            if admission.share_id in in_share:
                 of_type = highest.get(admission.instance_type)
                 if of_type is None:
                     of_type = highest[admission.instance_type] = {}
                     for share_id, _, waiting_priority in self.waiting_on_type.get(
                         admission.instance_type, ()
                     ):
-                        of_type[share_id] = max(of_type.get(share_id, waiting_priority), waiting_priority)
+                        if share_id in in_share:
+                            known = of_type.get(share_id)
+                            if known is None or waiting_priority > known:
+                                of_type[share_id] = waiting_priority
                 waiting_priority = of_type.get(admission.share_id)
                 if (
                     waiting_priority is not None
@@ -1093,6 +1111,15 @@ class Simulation:
         if outcome is None or outcome.placement is None:
             raise InvariantViolation(f"pass {index}: {what} of job {job_id}, which holds no capacity")
         return outcome
+
+
+def _is_entry(entry: Entry, admission) -> bool:
+    """The admission is on this entry (compared field by field: no `Entry` built per admission)."""
+    return (
+        entry.instance_type == admission.instance_type
+        and entry.instance_count == admission.instance_count
+        and entry.training_plan == admission.training_plan
+    )
 
 
 def decided_anything(decisions: Decisions) -> bool:

@@ -2,7 +2,11 @@
 
 from datetime import timedelta
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from engine import PreemptionKind, schedule
+from engine.housekeeping import pending_too_long, pending_too_long_after
 
 from .builders import (
     LEND,
@@ -268,3 +272,31 @@ def test_a_drained_job_does_not_time_out_in_the_pass_that_drains_it():
 
     assert decisions.timeouts == []
     assert admitted(decisions) == {101: (P4, 4, None)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    waited=st.integers(min_value=0, max_value=4 * 86_400_000_000),
+    max_pending=st.one_of(st.none(), st.integers(min_value=0, max_value=3 * 86_400)),
+    since_submission=st.booleans(),
+)
+@example(waited=3_600_000_000, max_pending=3_600, since_submission=False)  # exactly at the limit: not yet
+@example(waited=3_600_000_001, max_pending=3_600, since_submission=True)
+def test_pending_too_long_after_is_the_moment_pending_too_long_starts_to_hold(
+    waited, max_pending, since_submission
+):
+    nlp = share(1, "nlp", LEND, limits={P5: 8})
+    became_runnable = NOW - timedelta(days=2)
+    job = runnable(
+        101,
+        nlp,
+        entry(P5, 1),
+        max_pending_seconds=max_pending,
+        submitted_at=became_runnable if since_submission else became_runnable - timedelta(hours=5),
+        runnable_since=None if since_submission else became_runnable,
+    )
+    now = became_runnable + timedelta(microseconds=waited)
+
+    after = pending_too_long_after(job)
+
+    assert pending_too_long(job, now) == (after is not None and now > after)
