@@ -12,19 +12,17 @@ from django.core.management.base import CommandError
 
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 from tests.ops.support import BASE_DIR, PYTHON, child_env, ops_broker_url, require_redis
-from tools.soak.command import (
-    EXT_CAPACITY,
-    Command,
+from tools.soak.command import Command
+from tools.soak.invariants import (
     Config,
-    agent_slots,
-    answer_text,
     capacity_violations,
     history_violations,
-    logs_excerpt,
     replay_violations,
     slot_violations,
     unstarted_hold_violations,
 )
+from tools.soak.report import answer_text, logs_excerpt
+from tools.soak.world import EXT_CAPACITY, agent_slots
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 P5, P4 = 1, 2
