@@ -1,1 +1,1 @@
-"""The REST API v1 (SPEC section 5): thin views over `scheduling.services` and `scheduling.selectors`."""
+"""The REST API v1 (api.md): thin views over `scheduling.services` and `scheduling.selectors`."""

@@ -1,4 +1,4 @@
-"""Who may do what (SPEC section 5). Job visibility is a queryset filter, so outsiders get 404, not 403."""
+"""Who may do what (api.md). Job visibility is a queryset filter, so outsiders get 404, not 403."""
 
 from __future__ import annotations
 

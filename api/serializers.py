@@ -176,7 +176,8 @@ class ShareCapacityLimitSerializer(CapacityLimitSerializer):
     )
 
     def to_representation(self, instance):
-        # SPEC 1: absent = the share lends all of it, so a limit without one reads as it was written.
+        # behaviour.md#what-there-is: absent = the share lends all of it, so a limit without one reads as it was
+        # written.
         data = super().to_representation(instance)
         if data.get("lending_limit") is None:
             data.pop("lending_limit", None)
@@ -461,7 +462,7 @@ class EstimatedStartSerializer(serializers.Serializer):
 
 
 class TaskSerializer(serializers.ModelSerializer):
-    """One executor's part of an attempt of a job on several hosts (SPEC 4.1)."""
+    """One executor's part of an attempt of a job on several hosts (multi-host.md)."""
 
     executor = serializers.CharField(source="executor_name", read_only=True)
 
@@ -510,7 +511,7 @@ class AttemptSerializer(serializers.ModelSerializer):
 
 
 class JobSerializer(StrictModelSerializer):
-    """A job as SPEC section 1 lists it; the writable fields are the submission."""
+    """A job as behaviour.md#what-there-is lists it; the writable fields are the submission."""
 
     job_queue = NameField("job queue", queryset=JobQueue.objects.select_related("service_environment"))
     quota_share = ShareNameField(max_length=128, help_text="name of a quota share of job_queue")

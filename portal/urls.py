@@ -1,4 +1,4 @@
-"""The pages' URLs (SPEC section 6). The API lives under /api/v1/ (api/urls.py)."""
+"""The pages' URLs (pages.md). The API lives under /api/v1/ (api/urls.py)."""
 
 from django.urls import path
 

@@ -223,8 +223,9 @@ PLAN_DRAIN_SECONDS = envint("PLAN_DRAIN_SECONDS", 1800, minimum=0, maximum=_A_YE
 # At most this many running jobs a pass move to an earlier entry of their list (docs/relocation.md); 0 = none.
 MAX_RELOCATIONS_PER_PASS = envint("MAX_RELOCATIONS_PER_PASS", 4, minimum=0, maximum=1000)
 PASS_INTERVAL_SECONDS = envint("PASS_INTERVAL_SECONDS", 5, minimum=1, maximum=3600)
-# Estimated start times (SPEC 3.5): at most one estimate run per queue this often, after passes that changed
-# something; each run stops after ESTIMATE_TIME_LIMIT_SECONDS (jobs it did not reach get "not before")
+# Estimated start times (behaviour.md#why-pending-and-when-it-will-start): at most one estimate run per queue this
+# often, after passes that changed something; each run stops after ESTIMATE_TIME_LIMIT_SECONDS (jobs it did not reach
+# get "not before")
 ESTIMATE_INTERVAL_SECONDS = envint("ESTIMATE_INTERVAL_SECONDS", 30, minimum=1, maximum=86_400)
 ESTIMATE_TIME_LIMIT_SECONDS = envint("ESTIMATE_TIME_LIMIT_SECONDS", 20, minimum=1, maximum=600)
 # The submit form's "if submitted now" estimate is cut off after this many seconds

@@ -361,7 +361,7 @@ class QuotaShareAdmin(ServiceAdmin):
         config_services.quota_share_delete(share=obj, actor=request.user)
 
     def has_delete_permission(self, request, obj=None):
-        # SPEC 1: a share is deleted only once DISABLED; deletion cancels its unfinished jobs.
+        # behaviour.md#what-there-is: a share is deleted only once DISABLED; deletion cancels its unfinished jobs.
         if obj is not None and obj.state != State.DISABLED:
             return False
         return super().has_delete_permission(request, obj)

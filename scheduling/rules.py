@@ -1,4 +1,4 @@
-"""Validation rules that span rows (SPEC sections 1, 2 and 4), in one place.
+"""Validation rules that span rows (behaviour.md: what there is, capacity, submission), in one place.
 
 The admin, the pages' forms, the API serializers and the services all call these. Each raises Django's
 `ValidationError` with a dict keyed by the field at fault (`capacity_limits`, `instance_preferences[2].training_plan`),
@@ -92,7 +92,8 @@ def validate_quota_share(
     limits: Sequence[LimitInput],
     other_limits: dict[int, int] | None = None,
 ) -> None:
-    """A share's limits (1-5, one per type, >= 1) fit in the environment beside the other shares' (SPEC 1-2).
+    """A share's limits (1-5, one per type, >= 1) fit in the environment beside the other shares' (behaviour.md (what
+    there is, capacity)).
 
     `other_limits` (instance type id -> the other shares' limits summed) stands for the database's when
     several shares are checked as they would be once changed together (a what-if proposal).
@@ -159,7 +160,7 @@ def validate_quota_share(
 
 
 def _check_lending_limit(errors: Errors, index: int, limit: LimitInput, strategy: str) -> None:
-    """A lending limit is 0..max_capacity, and only for a share that lends (SPEC 1)."""
+    """A lending limit is 0..max_capacity, and only for a share that lends (behaviour.md#what-there-is)."""
     if limit.lending_limit is None:
         return
     field = f"capacity_limits[{index}].lending_limit"
@@ -181,7 +182,8 @@ def _check_lending_limit(errors: Errors, index: int, limit: LimitInput, strategy
 
 
 def validate_environment_capacity(*, job_queue: JobQueue | None, capacities: dict[InstanceType, int]) -> None:
-    """An environment's capacity per type stays at or above the sum of its queue's share limits (SPEC 2)."""
+    """An environment's capacity per type stays at or above the sum of its queue's share limits
+    (behaviour.md#capacity-what-a-share-may-hold)."""
     errors: Errors = {}
     for type_, maximum in capacities.items():
         if maximum < 0:
@@ -273,7 +275,7 @@ def most_held(
 
 
 def validate_job_target(*, job_queue: JobQueue, quota_share: QuotaShare) -> None:
-    """The queue and share accept jobs: both enabled, the share in that queue (SPEC 4)."""
+    """The queue and share accept jobs: both enabled, the share in that queue (behaviour.md#a-jobs-life)."""
     errors: Errors = {}
     if not job_queue.enabled:
         _add(errors, "job_queue", f"queue {job_queue.name} is disabled and accepts no jobs")
@@ -287,7 +289,8 @@ def validate_job_target(*, job_queue: JobQueue, quota_share: QuotaShare) -> None
 def validate_preferences(
     *, job_queue: JobQueue, quota_share: QuotaShare, entries: Sequence[PreferenceInput], now: datetime
 ) -> None:
-    """1-5 entries, no repeated (type, plan) pair, and every entry able to run in principle (SPEC 4)."""
+    """1-5 entries, no repeated (type, plan) pair, and every entry able to run in principle
+    (behaviour.md#a-jobs-life)."""
     errors: Errors = {}
     field = "instance_preferences"
     if not preference_count_allowed(len(entries)):

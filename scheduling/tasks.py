@@ -60,7 +60,8 @@ def run_queue_pass(job_queue_id: int, trigger: str = "beat") -> dict:
 
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=120, time_limit=180)
 def estimate_queue(job_queue_id: int) -> int:
-    """Estimated start times of one queue's RUNNABLE jobs (SPEC 3.5), off the pass's hot path."""
+    """Estimated start times of one queue's RUNNABLE jobs (behaviour.md#why-pending-and-when-it-will-start), off the
+    pass's hot path."""
     if not JobQueue.objects.filter(pk=job_queue_id).exists():
         return 0
     return estimates.queue_estimates_refresh(job_queue_id=job_queue_id)

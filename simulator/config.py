@@ -58,7 +58,8 @@ KNOWN_GPUS: dict[str, int] = {
 
 
 class ConfigurationError(ValueError):
-    """A configuration file or object that breaks a rule of SPEC sections 1-2, named by where it is wrong."""
+    """A configuration file or object that breaks a rule of behaviour.md (what there is, capacity), named by where it is
+    wrong."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ class Configuration:
 
 
 def validate(config: Configuration) -> Configuration:
-    """SPEC 1-2 for a configuration: names, 1-5 limits per share, borrow_limit, limits within capacity."""
+    """behaviour.md (what there is, capacity) for a configuration: names, 1-5 limits per share, borrow_limit, limits
+    within capacity."""
     problems: list[str] = []
     if not config.shares:
         problems.append("it has no quota share")
@@ -247,7 +249,7 @@ def most_held(config: Configuration, share: ShareConfig, instance_type: str) -> 
 
 
 def entry_problem(config: Configuration, share: ShareConfig, entry: Entry, at: float) -> str | None:
-    """Why a preference entry could never run, as submission validation says (SPEC 4), or None."""
+    """Why a preference entry could never run, as submission validation says (behaviour.md#a-jobs-life), or None."""
     label = f"{entry.instance_type} x{entry.instance_count}"
     if entry.training_plan is not None:
         plan = config.engine_plans.get(entry.training_plan)

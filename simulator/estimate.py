@@ -1,4 +1,5 @@
-"""Estimated start times (SPEC 3.5): the unchanged engine run forward from the live state of a queue.
+"""Estimated start times (behaviour.md#why-pending-and-when-it-will-start): the unchanged engine run forward from the
+live state of a queue.
 
 `estimate(snapshot, expectations)` replays the queue from `snapshot.now` with no new arrivals: placed jobs end
 at their expected end, STOPPING jobs at their `stop_deadline`, training plans open, drain and close on time,
@@ -450,8 +451,8 @@ def _placement_entry(job: Job) -> Entry:
 
 def _expected_end(job: Job, expectations: Expectations, probability: float, now: float) -> float:
     """When a placed job is expected to end: a STOPPING job at its deadline, the others by their runtime."""
-    # A STOPPING job (SPEC 4, graceful stops) keeps its capacity until the executor reports it stopped or
-    # its grace period ends; the guard lets this module run on an engine that has no such status yet.
+    # A STOPPING job (behaviour.md#a-jobs-life, graceful stops) keeps its capacity until the executor reports it stopped
+    # or its grace period ends; the guard lets this module run on an engine that has no such status yet.
     stop_deadline = getattr(job, "stop_deadline", None)
     if str(job.status) == STOPPING and stop_deadline is not None:
         return max(now, stop_deadline.timestamp())

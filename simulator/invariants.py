@@ -1,4 +1,5 @@
-"""`replay --check`: SPEC section 2 verified after every pass, from the replay's own counts, not the engine's.
+"""`replay --check`: behaviour.md#capacity-what-a-share-may-hold verified after every pass, from the replay's own
+counts, not the engine's.
 
 The rules are `engine.invariants` (limits never change during a replay, so every usage above them came from a
 placement, and a plan holds jobs only while ACTIVE and outside its drain window, which a pass drains). STOPPING
@@ -26,7 +27,8 @@ from .config import iso
 
 
 class InvariantViolation(AssertionError):
-    """A pass left the replay in a state SPEC section 2 forbids (or decided something impossible)."""
+    """A pass left the replay in a state behaviour.md#capacity-what-a-share-may-hold forbids (or decided something
+    impossible)."""
 
 
 class PassChecker:

@@ -626,7 +626,7 @@ class Simulation:
     # --- jobs --------------------------------------------------------------------------------------------
 
     def _arrive(self, job: SimJob) -> None:
-        """Submission, validated as the live system validates it (SPEC 4)."""
+        """Submission, validated as the live system validates it (behaviour.md#a-jobs-life)."""
         outcome = self.outcomes[job.id]
         if outcome.status != Status.NOT_ARRIVED:  # cancelled before it arrived
             return
@@ -1155,8 +1155,8 @@ def simulate(
 
     Passes run every `pass_interval` seconds from `start` (default: the first arrival), or exactly at
     `pass_times` when given (to replay the passes a live system made). With `end`, the replay stops there
-    (usage is measured up to it); without, it runs until nothing is left to happen. `check` verifies SPEC
-    section 2 after every pass and raises `InvariantViolation` at the first breach. `shortcuts` (see
+    (usage is measured up to it); without, it runs until nothing is left to happen. `check` verifies the capacity rules
+    after every pass and raises `InvariantViolation` at the first breach. `shortcuts` (see
     `simulator.shortcuts`) make passes cheaper without changing their decisions;
     `verify_shortcuts` proves it as it goes by also running every pass on the whole snapshot. `consumption`
     keeps every share's on-demand GPU-hours per month (`Result.budgets`), as budgeted shares' always are.

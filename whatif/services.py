@@ -64,7 +64,7 @@ WHATIF_SHARE_FIELDS = (
     "budget_period",
     "budget_scope",
 )
-# The queue's own settings a proposal may change (SPEC 3: protection and fair borrowing).
+# The queue's own settings a proposal may change (behaviour.md#the-scheduling-pass: protection and fair borrowing).
 WHATIF_QUEUE_FIELDS = ("idle_capacity_assignment", "preemption_min_runtime_seconds")
 
 
@@ -132,7 +132,7 @@ class ShareProposal:
 @dataclass(frozen=True)
 class QueueProposal:
     """What a what-if proposes for the queue itself: how idle capacity goes to borrowers, and how long a job
-    is protected from preemption (SPEC 3)."""
+    is protected from preemption (behaviour.md#the-scheduling-pass)."""
 
     idle_capacity_assignment: str = IdleCapacityAssignment.FIFO
     preemption_min_runtime_seconds: int = 0
@@ -509,10 +509,10 @@ def whatif_apply_steps(
     changed: Sequence[str],
 ) -> list[tuple[str, dict[str, int], bool]]:
     """The order in which to change shares so that every step keeps the sum of limits within capacity
-    (SPEC 2): [(share, limits, final)]. A share whose new limits fit beside the others' goes as soon as they
-    fit (those that give capacity up go first). Shares that only fit after each other (one lowers type A and
-    raises B, another the reverse) are first lowered to what both their old and new limits allow (`final`
-    False), then raised; each step stays within capacity because no lowered limit is above its new one."""
+    (behaviour.md#capacity-what-a-share-may-hold): [(share, limits, final)]. A share whose new limits fit beside the
+    others' goes as soon as they fit (those that give capacity up go first). Shares that only fit after each other (one
+    lowers type A and raises B, another the reverse) are first lowered to what both their old and new limits allow
+    (`final` False), then raised; each step stays within capacity because no lowered limit is above its new one."""
     limits = {name: dict(value) for name, value in current.items()}
 
     def fits(name: str, new: dict[str, int]) -> bool:

@@ -58,7 +58,7 @@ class Config:
     # them as ended while it was away.
     stop_jobs_on_exit: bool = False
     exit_grace_seconds: float = 3.0
-    # Ask for tasks (jobs on several hosts, SPEC 4.1): claim part of a job, start it once the roster comes.
+    # Ask for tasks (jobs on several hosts, multi-host.md): claim part of a job, start it once the roster comes.
     tasks: bool = True
     advertise_address: str = ""  # where peers reach this host ("" the address it reaches the server from)
     ports: str = "29400-29499"  # a job's main port, when its rank 0 runs here, is one of these

@@ -1,4 +1,5 @@
-"""GPU-hour budgets in the pass (SPEC 2.1): meter each share's consumption, give the engine each budget's state.
+"""GPU-hour budgets in the pass (behaviour.md#gpu-hour-budgets): meter each share's consumption, give the engine each
+budget's state.
 
 Consumption is kept as jobs hold instances, never worked out from the job history: every share has a
 `ShareMeter` with the instances it held on on-demand capacity (per type, and the part above its limit) once

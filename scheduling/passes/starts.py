@@ -1,4 +1,4 @@
-"""Start deadlines in the pass (SPEC 4.1): placed jobs not started in time go back to RUNNABLE, and wait.
+"""Start deadlines in the pass (multi-host.md): placed jobs not started in time go back to RUNNABLE, and wait.
 
 A placed job on an external environment not started by all its executors within the environment's
 `start_deadline_seconds` goes back to RUNNABLE with START_TIMEOUT (not a failed attempt) and may not be placed

@@ -1,4 +1,5 @@
-"""Stopping jobs (SPEC 4): the fields each stop writes, and the housekeeping a pass does before the engine.
+"""Stopping jobs (behaviour.md#a-jobs-life): the fields each stop writes, and the housekeeping a pass does before the
+engine.
 
 A placed job the executor has taken needs time to stop: it goes to STOPPING, keeps its capacity, and becomes
 its `stop_outcome` (RUNNABLE, CANCELLED or FAILED) once the executor reports it STOPPED or its

@@ -1,4 +1,4 @@
-"""The tasks of an attempt (SPEC 4.1) when the attempt ends: whatever still lives of it ends with it.
+"""The tasks of an attempt (multi-host.md) when the attempt ends: whatever still lives of it ends with it.
 
 A task still WAITING (claimed, nothing started) is RELEASED; one still RUNNING when its attempt ended (its stop
 deadline passed, or its job was released while an executor still said it ran) counts as STOPPED. Two UPDATEs

@@ -1,4 +1,4 @@
-"""The work version of an environment: a cache key an external executor's long-poll watches (SPEC 5).
+"""The work version of an environment: a cache key an external executor's long-poll watches (api.md).
 
 Whatever may give an executor something to start or stop (a pass that places or stops jobs, a cancel) bumps
 `work-version:{environment id}` once its transaction commits. A waiting `GET .../work/` request compares the

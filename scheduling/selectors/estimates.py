@@ -1,4 +1,5 @@
-"""What the estimator needs from rows (SPEC 3.5): how long this queue's jobs run, and the what-if of one job.
+"""What the estimator needs from rows (behaviour.md#why-pending-and-when-it-will-start): how long this queue's jobs run,
+and the what-if of one job.
 
 Runtimes are learned from the queue's recent SUCCEEDED jobs as the time they held capacity (scheduled to
 stopped, the same clock a placed job's elapsed time is read on), by share and type, then by type for the

@@ -154,7 +154,8 @@ def config_object_delete(*, obj: models.Model, actor: AbstractBaseUser | None) -
 def job_queue_update(
     *, job_queue: JobQueue, changes: dict[str, Any], actor: AbstractBaseUser | None
 ) -> JobQueue:
-    """Change a queue; a new environment must hold the limits of the queue's shares (SPEC 2)."""
+    """Change a queue; a new environment must hold the limits of the queue's shares
+    (behaviour.md#capacity-what-a-share-may-hold)."""
     job_queue = queue_lock(job_queue.pk)
     environment = changes.get("service_environment")
     if environment is not None and environment.pk != job_queue.service_environment_id:
@@ -188,8 +189,8 @@ def _jobs_cancel(*, jobs, why: str, actor: AbstractBaseUser | None, now) -> None
 def job_queue_delete(*, job_queue: JobQueue, actor: AbstractBaseUser | None) -> None:
     """Delete a DISABLED queue with its shares and plans, as AWS Batch does, cancelling its unfinished jobs.
 
-    The jobs stay, finished, with their history and their team (SPEC 1); they keep the queue's and share's
-    names. Training plans that a job's preference list names are history too: while there are any, the
+    The jobs stay, finished, with their history and their team (behaviour.md#what-there-is); they keep the queue's and
+    share's names. Training plans that a job's preference list names are history too: while there are any, the
     queue is refused (409) with their names.
     """
     if job_queue.state != State.DISABLED:
@@ -246,7 +247,8 @@ def service_environment_update(
     actor: AbstractBaseUser | None,
     executor_accounts: Sequence[AbstractBaseUser] | None = None,
 ) -> ServiceEnvironment:
-    """Change an environment; `limits`, when given, replace its capacities whole (SPEC 2 checks them), and
+    """Change an environment; `limits`, when given, replace its capacities whole
+    (behaviour.md#capacity-what-a-share-may-hold checks them), and
     `executor_accounts`, when given, replace the accounts that serve it (audited with the rest)."""
     job_queue = JobQueue.objects.filter(service_environment_id=environment.pk).first()
     if job_queue is not None:
@@ -277,7 +279,8 @@ def service_environment_update(
 def quota_share_create(
     *, fields: dict[str, Any], limits: Sequence[rules.LimitInput], actor: AbstractBaseUser | None
 ) -> QuotaShare:
-    """Create a share with its capacity limits, which must fit beside the other shares' (SPEC 2); audited."""
+    """Create a share with its capacity limits, which must fit beside the other shares'
+    (behaviour.md#capacity-what-a-share-may-hold); audited."""
     share = QuotaShare(**fields)
     # Two shares created at once must not both fit in the same spare capacity: the queue lock orders them.
     queue_lock(share.job_queue.pk)
@@ -362,7 +365,7 @@ def quota_share_update(
 
 @transaction.atomic
 def quota_share_delete(*, share: QuotaShare, actor: AbstractBaseUser | None) -> None:
-    """Delete a DISABLED share, cancelling its unfinished jobs first (SPEC 1).
+    """Delete a DISABLED share, cancelling its unfinished jobs first (behaviour.md#what-there-is).
 
     Its jobs stay, finished, readable by their team with their attempts, events and payload; they keep the
     share's name (`Job.quota_share_name`) and lose only the link.

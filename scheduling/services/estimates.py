@@ -1,4 +1,5 @@
-"""Estimated start times (SPEC 3.5), written beside each RUNNABLE job's pending reason, off the pass's hot path.
+"""Estimated start times (behaviour.md#why-pending-and-when-it-will-start), written beside each RUNNABLE job's pending
+reason, off the pass's hot path.
 
 `queue_estimates_refresh` runs in its own Celery task (`scheduling.tasks.estimate_queue`), at most every
 ESTIMATE_INTERVAL_SECONDS per queue, after passes that changed something. It takes no lock: it reads the queue

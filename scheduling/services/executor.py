@@ -50,7 +50,7 @@ from scheduling.services.locks import job_lock, queue_lock
 
 STOPPED = "STOPPED"  # a report, not a status: the job stopped as asked, and becomes its stop outcome
 
-# Legal executor reports: current status -> statuses it may move to (SPEC 4).
+# Legal executor reports: current status -> statuses it may move to (behaviour.md#a-jobs-life).
 REPORT_TRANSITIONS: dict[str, frozenset[str]] = {
     JobStatus.SCHEDULED: frozenset(
         {JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED}
@@ -94,7 +94,7 @@ def job_report(
 ) -> Job:
     """An executor reports on one attempt of a job; a stale attempt or an illegal move raises Conflict (409).
 
-    `task` names the task (rank) of a job run as tasks (SPEC 4.1); 0, the default, is the whole job of an
+    `task` names the task (rank) of a job run as tasks (multi-host.md); 0, the default, is the whole job of an
     executor that took it without tasks. `executor` (its name), when given, must be the task's.
 
     Every report about the current attempt renews the job's lease. Repeating a report changes nothing, so
@@ -191,7 +191,7 @@ def _task_report(
     environment: ServiceEnvironment | None,
     now,
 ) -> Job:
-    """A report about one task of an attempt run as tasks: the attempt is one unit (SPEC 4.1).
+    """A report about one task of an attempt run as tasks: the attempt is one unit (multi-host.md).
 
     The job is RUNNING once every task runs; a task that fails stops every other (graceful) and the attempt
     fails as one, naming the rank; the attempt ends once no task lives. A task that ended (lost, stopped,

@@ -1,4 +1,4 @@
-"""Jobs on several executors (SPEC 4.1): claims, the roster, lost tasks and start deadlines.
+"""Jobs on several executors (multi-host.md): claims, the roster, lost tasks and start deadlines.
 
 An executor that asks for tasks (`gang=1` on the work endpoint) claims instances of the environment's placed
 jobs, oldest placement first: one task per claim, ranks in claim order. Nothing starts until every instance

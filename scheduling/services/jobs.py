@@ -59,7 +59,7 @@ def user_team_role(user: AbstractBaseUser, team_id: int) -> str | None:
 
 
 def job_submission_validate(*, user: AbstractBaseUser, submission: JobSubmission, now=None) -> Job:
-    """Check a submission against every rule of SPEC section 4 and return the unsaved job; writes nothing.
+    """Check a submission against every rule of behaviour.md#submission and return the unsaved job; writes nothing.
 
     Raises NotAllowed for another team's share, and one ValidationError naming every field at fault.
     """

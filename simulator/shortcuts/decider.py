@@ -87,8 +87,8 @@ class ShortcutDecider:
     ):
         self.whole = whole
         self.settling = settling
-        # Running jobs that may be relocated (SPEC 3.6): no proof above covers a move, so while there are
-        # any, every pass is the whole queue's.
+        # Running jobs that may be relocated (behaviour.md#moving-to-a-preferred-entry): no proof above covers a move,
+        # so while there are any, every pass is the whole queue's.
         self.relocatable = relocatable
         self.graceful_stops = graceful_stops
         self.reducer = reducer

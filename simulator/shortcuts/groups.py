@@ -46,7 +46,7 @@ class Buckets:
 
 
 class RunnableGroups:
-    """The RUNNABLE jobs of each share, grouped, each group in queue order (SPEC 3.2)."""
+    """The RUNNABLE jobs of each share, grouped, each group in queue order (behaviour.md#order)."""
 
     def __init__(self, *, strict_fifo: bool, by_priority: Set[int] = frozenset()):
         self.strict_fifo = strict_fifo

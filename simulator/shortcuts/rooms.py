@@ -146,7 +146,8 @@ class Rooms:
     def _room(self, share_id: int, entry: Entry, placed: PlacedJobs) -> int:
         plan_name = entry.training_plan
         if plan_name is not None:
-            # No entry fits a plan that is not ACTIVE, drains, or is closed to the share (SPEC 3.3).
+            # No entry fits a plan that is not ACTIVE, drains, or is closed to the share
+            # (behaviour.md#preference-evaluation).
             plan = self.plans.get(plan_name)
             if plan is None or plan_name not in self.usable_plans or not plan_open_to_share(plan, share_id):
                 return 0

@@ -1,5 +1,5 @@
-"""Configuration through the API: names in bodies, nested limits written whole, the rules of SPEC 1-2 as 400s
-naming the field, and a CONFIG_CHANGED event for every change (none for a rejected one)."""
+"""Configuration through the API: names in bodies, nested limits written whole, the rules of behaviour.md (what there
+is, capacity) as 400s naming the field, and a CONFIG_CHANGED event for every change (none for a rejected one)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The executor protocol (SPEC 4, 5): GET .../work/ takes jobs to start and lists jobs to stop; reports name
-their attempt; long-polls wait without a database connection."""
+"""The executor protocol (behaviour.md#a-jobs-life, 5): GET .../work/ takes jobs to start and lists jobs to stop;
+reports name their attempt; long-polls wait without a database connection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Jobs on several executors (SPEC 4.1) through the API: claims, the roster, per-task reports and stops, lost
+"""Jobs on several executors (multi-host.md) through the API: claims, the roster, per-task reports and stops, lost
 tasks and start deadlines."""
 
 from __future__ import annotations

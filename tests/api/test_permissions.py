@@ -1,4 +1,4 @@
-"""Every role against every endpoint (SPEC section 5), the forbidden cases included.
+"""Every role against every endpoint (api.md), the forbidden cases included.
 
 Roles: anonymous; eve, a member of team nlp who submitted the job; ana, another member of nlp; ben, a manager
 of nlp; chen, a member of vision (an outsider to nlp's jobs); executor, no team but `report_job_status`; admin

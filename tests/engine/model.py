@@ -1,14 +1,16 @@
-"""A whole pass of SPEC 3 read plainly, for small snapshots: what the engine's decisions are fuzzed against.
+"""A whole pass of behaviour.md#the-scheduling-pass read plainly, for small snapshots: what the engine's decisions are
+fuzzed against.
 
 Housekeeping (plan drains, pending timeouts, LIMIT_REDUCED), the order of heads (under-limit shares first,
 then priority, then submission or, under FAIR_SHARE, the dominant borrowed share per weight), preference
 evaluation (every entry without preemption, then every entry with it), BEST_EFFORT_FIFO and STRICT_FIFO, the
-sweep after preemptions, and each share's queue positions. It is written from SPEC's sentences and shares no
-code with the engine but the dataclasses, `oracle` (SPEC 2) and `reference` (SPEC 3.4's victim choice and
-SPEC 2's give-back); every sum is recomputed from the jobs at every step.
+sweep after preemptions, and each share's queue positions. It is written from the rules' sentences and shares no
+code with the engine but the dataclasses, `oracle` (behaviour.md#capacity-what-a-share-may-hold) and `reference`
+(the victim choice of behaviour.md#preemption and the give-back of its capacity rules); every sum is recomputed
+from the jobs at every step.
 
-Graceful stops are modelled too, as SPEC 3.4 reads them: a taken victim (or drained job) is STOPPING and keeps
-its instances. A placement must fit now (every STOPPING job holding; while one holds, invariant B may stay over
+Graceful stops are modelled too, as behaviour.md#preemption reads them: a taken victim (or drained job) is STOPPING and
+keeps its instances. A placement must fit now (every STOPPING job holding; while one holds, invariant B may stay over
 a lowered capacity if the placement makes it no worse, on instances free now) and once settled (every STOPPING
 job gone, every nominee on its earmarked entry). Only a job whose own preemption stopped someone is nominated,
 and it waits for its own victims only; victims make room now and once settled, so STOPPING jobs that are not
@@ -19,10 +21,10 @@ fits is placed at once; one that no longer fits once settled, or whose victims a
 Budgets are modelled as the snapshot states them: a share whose ALL budget is spent starts nothing,
 one whose BORROWED budget is spent places nothing above its limit (see `oracle.fits_without_preemption`).
 
-Relocation (SPEC 3.6) is read from its sentence: after the heads are placed, RUNNING jobs with `relocate`,
-oldest placement first and at most `max_relocations_per_pass`, move from their entry k to the earliest entry
-j < k that fits the whole job without preemption, borrowing no more than on k, on capacity (the plan, or the
-on-demand type) no RUNNABLE job asks for, once they have run `relocation_min_runtime_seconds` and are no
+Relocation (behaviour.md#moving-to-a-preferred-entry) is read from its sentence: after the heads are placed, RUNNING
+jobs with `relocate`, oldest placement first and at most `max_relocations_per_pass`, move from their entry k to the
+earliest entry j < k that fits the whole job without preemption, borrowing no more than on k, on capacity (the plan, or
+the on-demand type) no RUNNABLE job asks for, once they have run `relocation_min_runtime_seconds` and are no
 longer protected. A taken job goes STOPPING, nominated on j (with itself as its victim: j is earmarked, on
 the plan too, until it is placed); one not taken is placed on j at once, and what it left is swept.
 """
@@ -79,7 +81,7 @@ class ModelDecisions:
 
 
 def queue_key(job: Job) -> tuple[int, datetime, int]:
-    """SPEC 3.2: a share's queue by priority (high first), then submission time, then id."""
+    """behaviour.md#order: a share's queue by priority (high first), then submission time, then id."""
     return (-job.priority, job.submitted_at, job.id)
 
 
@@ -223,7 +225,8 @@ class ModelPass:
         self.standing[job.id] = (index, frozenset(victims))
         self.decisions.nominations[job.id] = (index, tuple(sorted(victims)))
 
-    # --- housekeeping (SPEC 3.1, and SPEC 2's last rule) --------------------------------------------------
+    # --- housekeeping (behaviour.md#housekeeping, and behaviour.md#capacity-what-a-share-may-hold's last rule)
+    # --------------------------------------------------
 
     def drain(self) -> None:
         """Jobs on a plan in its drain window go back to RUNNABLE, and may be placed elsewhere at once; a job
@@ -262,7 +265,7 @@ class ModelPass:
         else:
             self.snap = with_job(self.snap, self.stopped(job))
 
-    # --- order and placement (SPEC 3.2-3.4) -----------------------------------------------------------------
+    # --- order and placement (behaviour.md#order-3.4) -----------------------------------------------------------------
 
     def place(self, job: Job, index: int) -> None:
         entry = job.entries[index]
@@ -283,7 +286,7 @@ class ModelPass:
         heads."""
         jobs = list(jobs)
         while jobs:
-            # The order of SPEC 3.2 among them, read afresh after each.
+            # The order of behaviour.md#order among them, read afresh after each.
             job = min(jobs, key=lambda j: head_key(self.snap, j))
             jobs.remove(job)
             index = self.first_fit(job)
@@ -361,7 +364,8 @@ class ModelPass:
                 left[job.share_id].append(share_queue.pop(0))
         return left
 
-    # --- relocation (SPEC 3.6) --------------------------------------------------------------------------------
+    # --- relocation (behaviour.md#moving-to-a-preferred-entry)
+    # --------------------------------------------------------------------------------
 
     def borrowed_if_on(self, job: Job, entry) -> int:
         """Instances above the share's limit the job would account for on `entry`, were it there alone."""
@@ -505,5 +509,5 @@ def by_share(jobs: Iterable[Job]) -> dict[int, list[Job]]:
 
 
 def model_pass(snap: Snapshot) -> ModelDecisions:
-    """One pass over the snapshot, as SPEC 3 reads."""
+    """One pass over the snapshot, as behaviour.md#the-scheduling-pass reads."""
     return ModelPass(snap).run()

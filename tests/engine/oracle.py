@@ -1,4 +1,5 @@
-"""SPEC section 2 computed from scratch, with no engine code: what the tests hold the engine's results to.
+"""behaviour.md#capacity-what-a-share-may-hold computed from scratch, with no engine code: what the tests hold the
+engine's results to.
 
 STOPPING jobs hold their instances: they count in every sum, as placed jobs do.
 """
@@ -50,13 +51,14 @@ def most_allowed(share: Share, instance_type: str) -> int | None:
 
 
 def borrows_no_more(share: Share) -> bool:
-    """SPEC 2.1: once a share's consumption reaches a budget of scope BORROWED, it borrows no more."""
+    """behaviour.md#gpu-hour-budgets: once a share's consumption reaches a budget of scope BORROWED, it borrows no
+    more."""
     budget = share.budget
     return budget is not None and budget.scope == "BORROWED" and budget.used_gpu_hours >= budget.gpu_hours
 
 
 def starts_no_new_job(share: Share) -> bool:
-    """SPEC 2.1: once a share's consumption reaches a budget of scope ALL, it starts no new job."""
+    """behaviour.md#gpu-hour-budgets: once a share's consumption reaches a budget of scope ALL, it starts no new job."""
     budget = share.budget
     return budget is not None and budget.scope == "ALL" and budget.used_gpu_hours >= budget.gpu_hours
 
@@ -71,7 +73,8 @@ def all_types(snap: Snapshot) -> list[str]:
 
 
 def invariant_violations(snap: Snapshot) -> list[str]:
-    """Invariants A, B and D of SPEC section 2 (C is about placements, see `share_rule_violations`)."""
+    """Invariants A, B and D of behaviour.md#capacity-what-a-share-may-hold (C is about placements, see
+    `share_rule_violations`)."""
     usage = on_demand_usage(snap)
     problems = []
     for instance_type in all_types(snap):
@@ -98,7 +101,7 @@ def invariant_violations(snap: Snapshot) -> list[str]:
 
 
 def fits_without_preemption(snap: Snapshot, job: Job, entry: Entry) -> bool:
-    """SPEC 3.3 for one entry, on the state `snap` describes."""
+    """behaviour.md#preference-evaluation for one entry, on the state `snap` describes."""
     share = next(s for s in snap.shares if s.id == job.share_id)
     if entry.training_plan is not None:
         plan = next((p for p in snap.plans if p.name == entry.training_plan), None)
@@ -129,7 +132,8 @@ def fits_without_preemption(snap: Snapshot, job: Job, entry: Entry) -> bool:
 
 
 def fits_now(snap: Snapshot, job: Job, entry: Entry) -> bool:
-    """SPEC 3.3 for an on-demand entry with STOPPING jobs holding their instances (SPEC 3.4): as
+    """behaviour.md#preference-evaluation for an on-demand entry with STOPPING jobs holding their instances
+    (behaviour.md#preemption): as
     `fits_without_preemption`, except that while a job STOPPING on the type still holds instances, invariant B
     may stay over capacity (a capacity was lowered) when the placement does not make it worse, on instances
     free now (invariant A holds after it)."""
@@ -157,8 +161,8 @@ def fits_now(snap: Snapshot, job: Job, entry: Entry) -> bool:
 
 
 def makes_room(snap: Snapshot, job: Job, entry: Entry, victim_ids: set[int], *, fits=None) -> bool:
-    """SPEC 3.4: once the victims are gone the environment has the room and the job's share ends within its
-    own limit, or, for a set with no reclaim victim, within what it may borrow. `fits` reads the room
+    """behaviour.md#preemption: once the victims are gone the environment has the room and the job's share ends within
+    its own limit, or, for a set with no reclaim victim, within what it may borrow. `fits` reads the room
     (`fits_without_preemption` unless told)."""
     gone = replace(snap, jobs=tuple(j for j in snap.jobs if j.id not in victim_ids))
     reclaim = any(j.id in victim_ids and j.share_id != job.share_id for j in snap.jobs)

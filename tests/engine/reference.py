@@ -1,4 +1,5 @@
-"""A deliberately plain reading of SPEC 3.4's victim choice and of SPEC 2's give-back, for small snapshots.
+"""A deliberately plain reading of behaviour.md#preemption's victim choice and of
+behaviour.md#capacity-what-a-share-may-hold's give-back, for small snapshots.
 
 It shares no code with the engine but its vocabulary (the dataclasses) and `oracle`, and recomputes every sum
 from the jobs at every step, so that each function reads like the sentence of the spec it implements. The
@@ -72,7 +73,8 @@ def put_back(taken: list[int], fits: Callable[[set[int]], bool]) -> list[int]:
     return taken
 
 
-# --- SPEC 3.4 --------------------------------------------------------------------------------------------
+# --- behaviour.md#preemption
+# --------------------------------------------------------------------------------------------
 
 
 def victims_for(
@@ -81,7 +83,7 @@ def victims_for(
     """The victims preemption takes to place `job` on the on-demand `entry`, or None when it cannot.
 
     With graceful stops `snap` is the queue once settled and `now` the queue as it is (STOPPING jobs holding
-    their instances): the job must fit in both once its victims are gone (SPEC 3.4)."""
+    their instances): the job must fit in both once its victims are gone (behaviour.md#preemption)."""
     share = next(s for s in snap.shares if s.id == job.share_id)
 
     def room(gone: set[int]) -> bool:
@@ -144,7 +146,8 @@ def first_entry_with_victims(
     return None
 
 
-# --- SPEC 2, the last rule -------------------------------------------------------------------------------
+# --- behaviour.md#capacity-what-a-share-may-hold, the last rule
+# -------------------------------------------------------------------------------
 
 
 def type_holds(snap: Snapshot, instance_type: str) -> bool:

@@ -1,5 +1,5 @@
-"""GPU-hour budgets (SPEC 2.1): a spent budget starts nothing new (ALL) or borrows no more (BORROWED), says so
-and when it resets, stops nothing running and never lends a share's capacity."""
+"""GPU-hour budgets (behaviour.md#gpu-hour-budgets): a spent budget starts nothing new (ALL) or borrows no more
+(BORROWED), says so and when it resets, stops nothing running and never lends a share's capacity."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Plan drains, pending timeouts and LIMIT_REDUCED preemptions (SPEC 3.1 and 2)."""
+"""Plan drains, pending timeouts and LIMIT_REDUCED preemptions (behaviour.md#housekeeping and
+behaviour.md#capacity-what-a-share-may-hold)."""
 
 from datetime import timedelta
 

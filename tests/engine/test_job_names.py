@@ -1,5 +1,5 @@
 """Reasons and decision texts name jobs as people read them: `nightly-retrain (#12)` for a job of the team the
-text is about, `job #12` for another team's job, whose name that team may not learn (SPEC 5)."""
+text is about, `job #12` for another team's job, whose name that team may not learn (api.md)."""
 
 from dataclasses import replace
 from datetime import timedelta

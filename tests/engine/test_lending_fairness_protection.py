@@ -1,4 +1,5 @@
-"""Issue 17: lending limits (SPEC 2 reserved), protection from early preemption (3.4), fair borrowing (3.2)."""
+"""Issue 17: lending limits (behaviour.md#capacity-what-a-share-may-hold reserved), protection from early preemption
+(3.4), fair borrowing (3.2)."""
 
 from datetime import timedelta
 from decimal import Decimal

@@ -1,4 +1,4 @@
-"""The engine against `model`, a plain reading of SPEC 3, pass after pass on random queues.
+"""The engine against `model`, a plain reading of behaviour.md#the-scheduling-pass, pass after pass on random queues.
 
 Every decision is compared: who is placed, on which entry and borrowing how much, in which order; who is
 preempted, by whom, of which kind, failing or not, in which order; drains, timeouts and queue positions.
@@ -270,9 +270,9 @@ def borrows(share, usage, entry) -> int:
 
 
 def check_relocations(snap: Snapshot, decisions: Decisions, stopping: dict[int, bool]) -> None:
-    """SPEC 3.6 read off each pass: a move takes nothing a waiting job asks for, borrows no more, and happens
-    once an attempt. (Its earmark is checked by `check_graceful_pass`: every rule holds once settled with
-    each moving job on its new entry, so nobody was given that room meanwhile.)"""
+    """behaviour.md#moving-to-a-preferred-entry read off each pass: a move takes nothing a waiting job asks for, borrows
+    no more, and happens once an attempt. (Its earmark is checked by `check_graceful_pass`: every rule holds once
+    settled with each moving job on its new entry, so nobody was given that room meanwhile.)"""
     jobs = {job.id: job for job in snap.jobs}
     enabled = {s.id for s in snap.shares if s.enabled}
     # What the jobs still waiting after the pass ask for: (type, plan or None).

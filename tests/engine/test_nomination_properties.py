@@ -1,5 +1,5 @@
-"""Properties of nominations on random queues, pass after pass (SPEC 3.4, "Victims stop gracefully" and the
-paragraph after it): queues with STOPPING jobs of every kind (victims, cancelled jobs, drained jobs, jobs stopped
+"""Properties of nominations on random queues, pass after pass (behaviour.md#preemption, "Victims stop gracefully" and
+the paragraph after it): queues with STOPPING jobs of every kind (victims, cancelled jobs, drained jobs, jobs stopped
 for a lowered capacity), nominees from earlier passes, taken and untaken victims, and capacities lowered
 between passes. After every pass:
 

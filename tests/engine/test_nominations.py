@@ -1,5 +1,5 @@
-"""Nominations read exactly (SPEC 3.4, the paragraph after "Victims stop gracefully"): only a job whose own
-preemption stopped someone is nominated, and it waits only for its own victims; capacity held by other
+"""Nominations read exactly (behaviour.md#preemption, the paragraph after "Victims stop gracefully"): only a job whose
+own preemption stopped someone is nominated, and it waits only for its own victims; capacity held by other
 STOPPING jobs is held, and a job that would fit once they are gone waits RUNNABLE, preempting nobody for that
 entry or a later one; a nominee that fits on free capacity is placed at once; a RESERVE share may start jobs
 on instances free now while jobs stopped for a lowered capacity still stop."""

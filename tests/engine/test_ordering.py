@@ -1,4 +1,4 @@
-"""Share queues, the order of heads across shares, FIFO modes and work conservation (SPEC 3.2)."""
+"""Share queues, the order of heads across shares, FIFO modes and work conservation (behaviour.md#order)."""
 
 from datetime import timedelta
 

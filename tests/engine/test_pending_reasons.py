@@ -1,4 +1,5 @@
-"""Why a job is still pending, and where it stands in its share's queue (SPEC 3.5)."""
+"""Why a job is still pending, and where it stands in its share's queue
+(behaviour.md#why-pending-and-when-it-will-start)."""
 
 from engine import schedule
 

@@ -1,4 +1,4 @@
-"""Reclaim, in-share preemption, the minimal victim set and retries (SPEC 3.4)."""
+"""Reclaim, in-share preemption, the minimal victim set and retries (behaviour.md#preemption)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Preference lists and training plans (SPEC 3.3)."""
+"""Preference lists and training plans (behaviour.md#preference-evaluation)."""
 
 from engine import schedule
 

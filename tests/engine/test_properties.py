@@ -1,17 +1,19 @@
-"""Properties of any sequence of passes: the invariants of SPEC section 2 and the promises of section 3.
+"""Properties of any sequence of passes: the capacity rules and the promises of the scheduling pass
+(behaviour.md).
 
 Random queues (1-4 types, 1-5 shares of random strategy, limits, borrow limits and in-share preemption,
 the sum of limits within capacity, 0-2 training plans) receive random jobs; passes run one after another,
 with jobs finishing, time passing and administrators lowering capacities, limits and plans in between. After
 every pass the decisions are applied and checked against `oracle`, which computes the rules from scratch, and
-every victim set and LIMIT_REDUCED stop against `reference`, a plain reading of SPEC 3.4 and of SPEC 2's last
-rule. Runs are derandomized: the same examples on every run, so a failure is reproducible.
+every victim set and LIMIT_REDUCED stop against `reference`, a plain reading of behaviour.md#preemption and of
+behaviour.md#capacity-what-a-share-may-hold's last rule. Runs are derandomized: the same examples on every run, so a
+failure is reproducible.
 
 With graceful stops (`graceful=True`) placed jobs are taken by their executor at random, so victims go
 STOPPING and preemptors are nominated; STOPPING jobs finish at random between passes. Those passes are held
-to `check_graceful_pass`: SPEC 2 counting STOPPING capacity wherever the pass placed, every invariant once
-the STOPPING jobs are gone and every nominated job holds its entry (the earmarks are sound), no
-over-preemption (a job whose nomination stands never preempts), and the same decisions on a second run.
+to `check_graceful_pass`: behaviour.md#capacity-what-a-share-may-hold counting STOPPING capacity wherever the pass
+placed, every invariant once the STOPPING jobs are gone and every nominated job holds its entry (the earmarks are
+sound), no over-preemption (a job whose nomination stands never preempts), and the same decisions on a second run.
 """
 
 from __future__ import annotations
@@ -318,9 +320,9 @@ def test_every_pass_keeps_the_rules_when_lenders_take_back_what_a_borrower_holds
 
 
 def placed_jobs(rng: random.Random, queue: Snapshot, count: int) -> list[Job]:
-    """Jobs already running, placed at random wherever SPEC 2 allows: within every share's ceiling and
-    invariant B, so that borrowers sit on lent capacity and shares sit at their limits. Borrowers place
-    first, as they would while the lenders are idle."""
+    """Jobs already running, placed at random wherever behaviour.md#capacity-what-a-share-may-hold allows: within every
+    share's ceiling and invariant B, so that borrowers sit on lent capacity and shares sit at their limits. Borrowers
+    place first, as they would while the lenders are idle."""
     usage: Counter[tuple[int, str]] = Counter()
     jobs: list[Job] = []
     borrowers = [share for share in queue.shares if share.strategy == Strategy.LEND_AND_BORROW]
@@ -519,8 +521,8 @@ def check_victims_step_by_step(before: Snapshot, decisions: Decisions) -> None:
     """Replays the pass's decisions in the order they were made, checking each victim set where it was chosen.
 
     LIMIT_REDUCED stops are those of `reference.give_back` and none of them could have been spared. A job
-    preempts only when none of its entries fits without preemption; its victims make room (SPEC 3.4) and are
-    minimal: none could be returned with the job still fitting; entry and victims are `reference`'s.
+    preempts only when none of its entries fits without preemption; its victims make room (behaviour.md#preemption) and
+    are minimal: none could be returned with the job still fitting; entry and victims are `reference`'s.
     """
     jobs = {job.id: job for job in before.jobs}
     current = reference.without(before, {d.job_id for d in decisions.drains})
@@ -604,7 +606,8 @@ def settled(snap: Snapshot) -> Snapshot:
         relocating = job.nomination is not None and job.id in job.nomination.victim_ids
         if job.status == JobStatus.STOPPING and not relocating:
             continue
-        if job.nomination is not None:  # a nominee, or a job moving to the entry (SPEC 3.6)
+        # a nominee, or a job moving to the entry (behaviour.md#moving-to-a-preferred-entry)
+        if job.nomination is not None:
             entry = job.entries[job.nomination.entry_index]
             if entry.training_plan is not None and not plan_takes_jobs(snap, entry.training_plan):
                 # Its earmark lapses: nobody is placed on a plan that is gone, not active or draining.
@@ -714,7 +717,8 @@ def in_use_and_committed(snap: Snapshot, instance_type: str) -> tuple[int, int]:
 def check_invariants_counting_stopping_capacity(
     before: Snapshot, decisions: Decisions, after: Snapshot
 ) -> None:
-    """SPEC 2 counting STOPPING capacity on every type and plan the pass placed on: each holds, or (while jobs
+    """behaviour.md#capacity-what-a-share-may-hold counting STOPPING capacity on every type and plan the pass placed on:
+    each holds, or (while jobs
     stopped for a lowered capacity still stop) B is no worse than before the pass and A holds; and every
     invariant once STOPPING jobs are gone and the nominated jobs hold their entries."""
     problems = invariant_violations(after)

@@ -1,4 +1,5 @@
-"""Own quota, borrowing, lending and the borrow limit (SPEC 2 and 3.3)."""
+"""Own quota, borrowing, lending and the borrow limit (behaviour.md#capacity-what-a-share-may-hold and
+behaviour.md#preference-evaluation)."""
 
 from engine import schedule
 

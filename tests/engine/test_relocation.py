@@ -1,5 +1,6 @@
-"""Moving to a preferred entry (SPEC 3.6): a running job that opted in moves to an earlier entry of its list
-when that entry has room no waiting job asks for, and waits for it nominated, its new entry earmarked."""
+"""Moving to a preferred entry (behaviour.md#moving-to-a-preferred-entry): a running job that opted in moves to an
+earlier entry of its list when that entry has room no waiting job asks for, and waits for it nominated, its new entry
+earmarked."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Graceful stops and nomination (SPEC 3.4, last bullets; SPEC 4): a taken victim keeps its capacity while
-STOPPING, its preemptor is nominated and placed first once the victims are gone, and nobody else takes the
-earmarked instances nor preempts again on its behalf."""
+"""Graceful stops and nomination (behaviour.md#preemption, last bullets; behaviour.md#a-jobs-life): a taken victim keeps
+its capacity while STOPPING, its preemptor is nominated and placed first once the victims are gone, and nobody else
+takes the earmarked instances nor preempts again on its behalf."""
 
 from __future__ import annotations
 
@@ -431,7 +431,8 @@ def test_an_untaken_limit_reduced_victim_stops_at_once():
 
 def test_nominated_jobs_are_placed_first_in_fair_share_order():
     # Two nominations wait for the same stopping job; there is room now for one of them only. The share that
-    # borrows least goes first under FAIR_SHARE, as any head does (SPEC 3.2), the earlier submission under FIFO.
+    # borrows least goes first under FAIR_SHARE, as any head does (behaviour.md#order), the earlier submission under
+    # FIFO.
     lender = share(1, "nlp", LEND, limits={P5: 4})
     early, late = (share(i, name, LEND_AND_BORROW) for i, name in [(2, "vision"), (3, "speech")])
     jobs = [

@@ -1,4 +1,4 @@
-"""End to end, jobs on several hosts (SPEC 4.1): gunicorn, a Celery worker and beat on PostgreSQL and Redis, and
+"""End to end, jobs on several hosts (multi-host.md): gunicorn, a Celery worker and beat on PostgreSQL and Redis, and
 several real agents with their own names, work directories and loopback addresses (127.0.0.2-127.0.0.4), each
 running its rank of `tests/ops/gang_check.py` as a real process.
 

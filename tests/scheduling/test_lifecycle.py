@@ -1,4 +1,5 @@
-"""The job lifecycle of SPEC section 4: legal moves only, retries, cancel, priority, the simulated executor."""
+"""The job lifecycle of behaviour.md#a-jobs-life: legal moves only, retries, cancel, priority, the simulated
+executor."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Each validation rule of SPEC sections 1-2 and 4: a bad value gets a message naming the field, and nothing
-is saved."""
+"""Each validation rule of behaviour.md (what there is, capacity, submission): a bad value gets a message naming the
+field, and nothing is saved."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""--check: SPEC section 2 after every pass, caught at the first pass a broken schedule function breaks it."""
+"""--check: behaviour.md#capacity-what-a-share-may-hold after every pass, caught at the first pass a broken schedule
+function breaks it."""
 
 import pytest
 

@@ -113,7 +113,7 @@ def test_the_meter_lends_what_share_usage_says_is_lent():
         share_ids = list(range(1, rng.randint(2, 8)))
         limits = {s: ({"t": rng.randint(1, 9)} if rng.random() < 0.8 else {}) for s in share_ids}
         kinds = {s: rng.choice(strategies) for s in share_ids}
-        # Some lenders lend only part of their limit (SPEC 1); RESERVE shares take no lending limit.
+        # Some lenders lend only part of their limit (behaviour.md#what-there-is); RESERVE shares take no lending limit.
         lending_limits = {
             s: {"t": rng.randint(0, limits[s]["t"])}
             for s in share_ids

@@ -1,4 +1,5 @@
-"""Benchmark one estimate run (SPEC 3.5) on a seeded busy queue. Prints figures; asserts nothing about time.
+"""Benchmark one estimate run (behaviour.md#why-pending-and-when-it-will-start) on a seeded busy queue. Prints figures;
+asserts nothing about time.
 
 The queue is `engine.synthetic`'s (the one `bench_pass` writes), read straight into a snapshot, so the figure
 is the estimator's own. Runtimes are learned quantile tables, seeded lognormal per share and type, as

@@ -175,8 +175,8 @@ def config_load(queue_ids: list[int]) -> Config:
 def capacity_violations(
     config: Config, usage: dict[tuple[int, int], int], plan_usage: dict[int, int], at: datetime
 ) -> list[str]:
-    """Every SPEC 2 rule (`engine.invariants`) broken by this on-demand usage per (share, type) and usage per
-    plan, at `at`. A plan may hold jobs until its end: a drain may still be on its way."""
+    """Every behaviour.md#capacity-what-a-share-may-hold rule (`engine.invariants`) broken by this on-demand usage per
+    (share, type) and usage per plan, at `at`. A plan may hold jobs until its end: a drain may still be on its way."""
     broken = []
     for queue, (capacity, shares) in config.queues.items():
         named_usage = {
@@ -247,8 +247,8 @@ def replay_violations(
 
 
 def history_violations(job: dict, events: list[str], attempts: list[dict]) -> list[str]:
-    """A job's event kinds (in order) and attempts against its status: SPEC 4's lifecycle, and no duplicate
-    placement (no ADMITTED while placed, at most one open attempt, only the last)."""
+    """A job's event kinds (in order) and attempts against its status: behaviour.md#a-jobs-life's lifecycle, and no
+    duplicate placement (no ADMITTED while placed, at most one open attempt, only the last)."""
     broken = []
     name = f"job {job['id']} ({job['status']})"
     lifecycle = [kind for kind in events if kind in LIFECYCLE_KINDS]
@@ -282,7 +282,8 @@ def history_violations(job: dict, events: list[str], attempts: list[dict]) -> li
 
 
 def sample_violations(config: Config, queue_ids: list[int], seen: Counter | None = None) -> list[str]:
-    """One consistent reading of the placed jobs and open attempts, checked against SPEC 2.
+    """One consistent reading of the placed jobs and open attempts, checked against
+    behaviour.md#capacity-what-a-share-may-hold.
 
     STOPPING jobs count with their whole placement (their processes may still run); `seen`, if given, counts
     the samples that had some (`stopping_samples`) and the STOPPING jobs they held (`stopping_jobs`)."""
