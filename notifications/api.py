@@ -76,12 +76,15 @@ class DeliverySerializer(serializers.ModelSerializer):
     list=extend_schema(summary="Your notification subscriptions"),
     create=extend_schema(summary="Subscribe: a webhook, a Slack-compatible webhook or an email address"),
     retrieve=extend_schema(summary="One of your subscriptions"),
+    update=extend_schema(summary="Change a subscription whole (its secret and delivery log stay)"),
+    partial_update=extend_schema(summary="Change some of a subscription's fields"),
     destroy=extend_schema(summary="Remove a subscription and its delivery log"),
 )
 class NotificationSubscriptionViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
     ApiViewSet,
 ):
@@ -89,7 +92,7 @@ class NotificationSubscriptionViewSet(
 
     permission_classes = [IsAuthenticated]
     serializer_class = SubscriptionSerializer
-    http_method_names = ["get", "post", "delete", "head", "options"]
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator has no user
@@ -101,6 +104,18 @@ class NotificationSubscriptionViewSet(
     def perform_create(self, serializer):
         serializer.instance = services.subscription_create(
             owner=self.request.user, data=serializer.to_input()
+        )
+
+    def perform_update(self, serializer):
+        # PATCH names some fields: the others stay as they are.
+        current = SubscriptionSerializer(serializer.instance).data
+        data = {name: current[name] for name in services.SubscriptionInput.__dataclass_fields__}
+        data["team"] = serializer.instance.team
+        data.update(serializer.validated_data)
+        serializer.instance = services.subscription_update(
+            user=self.request.user,
+            subscription_id=serializer.instance.pk,
+            data=services.SubscriptionInput(**data),
         )
 
     def perform_destroy(self, instance):

@@ -137,6 +137,29 @@ def _own(*, user: AbstractBaseUser, subscription_id: int) -> Subscription:
 
 
 @transaction.atomic
+def subscription_update(
+    *, user: AbstractBaseUser, subscription_id: int, data: SubscriptionInput
+) -> Subscription:
+    """Change a subscription whole (its owner or staff), by its owner's rights; its secret and delivery log stay,
+    and a subject it was told of is not told again. One ValidationError naming every field at fault."""
+    subscription = _own(user=user, subscription_id=subscription_id)
+    errors = subscription_errors(owner=subscription.owner, data=data)
+    if errors:
+        raise ValidationError(errors)
+    subscription.team = data.team
+    subscription.name = data.name.strip()
+    subscription.channel = data.channel
+    subscription.target = data.target.strip()
+    subscription.triggers = sorted(set(data.triggers))
+    subscription.only_my_jobs = data.only_my_jobs
+    subscription.after_minutes = data.after_minutes
+    subscription.save(
+        update_fields=["team", "name", "channel", "target", "triggers", "only_my_jobs", "after_minutes"]
+    )
+    return subscription
+
+
+@transaction.atomic
 def subscription_delete(*, user: AbstractBaseUser, subscription_id: int) -> None:
     """Remove a subscription and its delivery log (its owner or staff)."""
     _own(user=user, subscription_id=subscription_id).delete()

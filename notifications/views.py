@@ -61,6 +61,35 @@ def subscription(request: HttpRequest, subscription_id: int) -> HttpResponse:
     return render(request, "notifications/subscription.html", context)
 
 
+@page
+def subscription_edit(request: HttpRequest, subscription_id: int) -> HttpResponse:
+    found = selectors.subscription_of(user=request.user, subscription_id=subscription_id)
+    if found is None:
+        raise Http404("no such subscription of yours")
+    teams = selectors.managed_teams(user=found.owner)
+    initial = {
+        "name": found.name,
+        "channel": found.channel,
+        "target": found.target,
+        "triggers": list(found.triggers),
+        "team": str(found.team_id) if found.team_id else "",
+        "only_my_jobs": found.only_my_jobs,
+        "after_minutes": found.after_minutes,
+    }
+    form = SubscriptionForm(request.POST or None, owner=found.owner, teams=teams, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.subscription_update(user=request.user, subscription_id=found.pk, data=form.to_input())
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Subscription {form.cleaned_data['name'].strip()} saved.")
+            return redirect("notification_subscription", found.pk)
+    status = 400 if request.method == "POST" else 200
+    context = {"form": form, "subscription": found, "user_email": found.owner.email}
+    return render(request, "notifications/subscription_edit.html", context, status=status)
+
+
 @require_POST
 @page
 def subscription_test(request: HttpRequest, subscription_id: int) -> HttpResponse:

@@ -102,3 +102,26 @@ def test_the_list_reads_in_a_few_queries(world, api, django_assert_max_num_queri
         client.post(URL, {**BODY, "name": f"p{n}"}, format="json")
     with django_assert_max_num_queries(4):
         assert len(client.get(URL).json()["results"]) == 6
+
+
+def test_a_subscription_is_changed_whole_or_in_part_by_its_owner_only(world, api):
+    client = api(world.ana)
+    created = client.post(URL, BODY, format="json").json()
+    pk = created["id"]
+    response = client.patch(f"{URL}{pk}/", {"name": "pager 2", "after_minutes": 45}, format="json")
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert (body["name"], body["after_minutes"], body["triggers"]) == ("pager 2", 45, ["JOB_FAILED"])
+    assert body["secret"] == created["secret"] and body["channel"] == "SLACK"
+    response = client.put(
+        f"{URL}{pk}/", {**BODY, "name": "whole", "triggers": ["JOB_PREEMPTED"]}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["after_minutes"] == 30  # PUT: the default again
+    response = client.patch(f"{URL}{pk}/", {"target": "gopher://x", "team": "nlp"}, format="json")
+    assert response.status_code == 400 and set(response.json()) == {"target", "team"}
+    assert api(world.chen).patch(f"{URL}{pk}/", {"name": "mine"}, format="json").status_code == 404
+    assert Subscription.objects.get().name == "whole"
+    response = api(world.ben).post(URL, {**BODY, "team": "nlp"}, format="json")
+    team_pk = response.json()["id"]
+    response = api(world.ben).patch(f"{URL}{team_pk}/", {"name": "team pager"}, format="json")
+    assert response.status_code == 200 and response.json()["team"] == "nlp"

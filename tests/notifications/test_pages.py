@@ -152,3 +152,34 @@ def test_the_log_refreshes_itself_while_a_delivery_waits_and_stops_once_it_is_se
     Delivery.objects.update(status="SENT")
     fragment = client.get(url, headers={"HX-Request": "true", "HX-Target": "delivery-log"}).content.decode()
     assert "SENT" in fragment and "hx-get" not in fragment
+
+
+def test_a_subscription_is_changed_in_place_keeping_its_secret_and_log(world, signed_in):
+    client = signed_in(world.ana)
+    client.post(reverse("notifications"), form())
+    subscription = Subscription.objects.get()
+    page = client.get(reverse("notification_subscription", args=[subscription.pk])).content.decode()
+    assert reverse("notification_edit", args=[subscription.pk]) in page
+    edit = client.get(reverse("notification_edit", args=[subscription.pk])).content.decode()
+    assert 'value="pager"' in edit and 'value="https://hooks.example.org/quotaportal"' in edit
+    response = client.post(
+        reverse("notification_edit", args=[subscription.pk]),
+        form(name="pager 2", triggers=[Trigger.JOB_TIMED_OUT], only_my_jobs="on"),
+    )
+    assert response.status_code == 302
+    changed = Subscription.objects.get()
+    assert (changed.pk, changed.secret) == (subscription.pk, subscription.secret)
+    assert (changed.name, changed.triggers, changed.only_my_jobs) == ("pager 2", ["JOB_TIMED_OUT"], True)
+    response = client.post(
+        reverse("notification_edit", args=[subscription.pk]), form(channel="EMAIL", triggers=[])
+    )
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert "is not an email address." in body and "Choose at least one thing to be told about." in body
+    assert Subscription.objects.get().name == "pager 2"  # nothing half-written
+    other = signed_in(world.chen)
+    assert other.get(reverse("notification_edit", args=[subscription.pk])).status_code == 404
+    assert (
+        other.post(reverse("notification_edit", args=[subscription.pk]), form(name="mine")).status_code == 404
+    )
+    assert Subscription.objects.get().name == "pager 2"
