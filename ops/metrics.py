@@ -100,6 +100,11 @@ class QuotaportalCollector(Collector):
             "Tasks of jobs on several hosts lost by their executors",
             EventKind.TASK_LOST,
         )
+        yield self._event_counter(
+            "quotaportal_relocations",
+            "Running jobs moved to an earlier entry of their preference list (RELOCATING)",
+            EventKind.RELOCATING,
+        )
         yield self._claim_to_running()
 
     def _lending_limits(self) -> GaugeMetricFamily:

@@ -49,12 +49,13 @@ def test_healthz_is_503_naming_the_broken_part(client):
 def test_metrics_expose_share_usage_preemptions_and_pass_durations(
     client, busy_queue, django_assert_max_num_queries
 ):
-    # 12, the budgeted shares (1), and the start timeouts, lost tasks (2 each: counts, queues) and
-    # claim-to-running (1)
-    with django_assert_max_num_queries(18):
+    # 12, the budgeted shares (1), and the start timeouts, lost tasks, relocations (2 each: counts, queues)
+    # and claim-to-running (1)
+    with django_assert_max_num_queries(20):
         body = client.get("/metrics").content.decode()
     assert 'quotaportal_start_timeouts_total{queue="training"} 0.0' in body
     assert 'quotaportal_tasks_lost_total{queue="training"} 0.0' in body
+    assert 'quotaportal_relocations_total{queue="training"} 0.0' in body
     assert "quotaportal_claim_to_running_seconds_count 0.0" in body
     assert 'quotaportal_share_usage{instance_type="ml.p5.48xlarge",queue="training",share="nlp"} 2.0' in body
     assert (
@@ -78,8 +79,8 @@ def test_metrics_expose_each_budget_and_what_is_spent_of_it(
         day=timezone.now().date(),
         defaults={"gpu_hours": 120, "borrowed_gpu_hours": Decimal("40.5")},
     )
-    # 12, the budgets (4), the start timeouts, lost tasks (2 each) and claim-to-running (1)
-    with django_assert_max_num_queries(21):
+    # 12, the budgets (4), the start timeouts, lost tasks, relocations (2 each) and claim-to-running (1)
+    with django_assert_max_num_queries(23):
         body = client.get("/metrics").content.decode()
     labels = 'period="MONTH",queue="training",scope="BORROWED",share="vision"'
     assert f"quotaportal_share_budget_gpu_hours{{{labels}}} 500.0" in body
