@@ -144,6 +144,15 @@ class WorkingState:
         self.plans: dict[str, Plan] = {plan.name: plan for plan in sorted(snapshot.plans, key=_by_id)}
         self.jobs: list[Job] = sorted(snapshot.jobs, key=_by_id)
         self._jobs_by_id: dict[int, Job] | None = None
+        # Gathered in the one walk over the jobs below, each in id order, so that the pass's steps that ask
+        # about a few of the jobs do not each walk all of them again: the RUNNABLE jobs, those of them that
+        # may time out, the placed jobs (SCHEDULED, STARTING, RUNNING), the jobs with a nomination (any
+        # status) and the RUNNING jobs that may be relocated.
+        self.runnable_jobs: list[Job] = []
+        self.may_time_out: list[Job] = []
+        self.placed_jobs: list[Job] = []
+        self.nominated_jobs: list[Job] = []
+        self.relocatable_jobs: list[Job] = []
         self.ledgers: dict[str, TypeLedger] = {}
         self.holdings: dict[tuple[int, str], Holding] = {}
         self.share_usage: dict[int, int] = {share_id: 0 for share_id in self.shares}
@@ -189,17 +198,26 @@ class WorkingState:
         for share in self.shares.values():
             for instance_type in sorted(share.limits):
                 self.holding(share.id, instance_type)
-        shares, runnable = self.shares, JobStatus.RUNNABLE
+        shares, runnable, running = self.shares, JobStatus.RUNNABLE, JobStatus.RUNNING
+        runnable_jobs, may_time_out, placed_jobs = self.runnable_jobs, self.may_time_out, self.placed_jobs
         for job in self.jobs:
             if job.share_id not in shares:
                 raise ValueError(
                     f"job {job.id} belongs to share {job.share_id}, which is not in the snapshot"
                 )
-            if job.status is runnable:
+            if job.nomination is not None:
+                self.nominated_jobs.append(job)
+            if job.status is runnable or job.status == runnable:
+                runnable_jobs.append(job)
+                if job.max_pending_seconds is not None:
+                    may_time_out.append(job)
                 continue
             if job.status in PLACED_STATUSES:
                 if job.placement is None:
                     raise ValueError(f"job {job.id} is {job.status} but has no placement")
+                placed_jobs.append(job)
+                if job.relocate and job.status == running:
+                    self.relocatable_jobs.append(job)
                 holding = self._hold(job, job.placement)
                 if holding is not None:  # its type's sums are counted once all jobs are in
                     holding.victims.append(job)

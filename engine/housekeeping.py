@@ -14,7 +14,7 @@ from . import messages
 from .capacity import Holding, TypeLedger, WorkingState, victim_key
 from .fit import plan_is_active, plan_is_draining
 from .preemption import preempt, put_back_until_minimal, stop
-from .types import Decisions, Drain, Job, JobStatus, PreemptionKind, Timeout
+from .types import Decisions, Drain, Job, PreemptionKind, Timeout
 
 
 def drain_expiring_plans(state: WorkingState, decisions: Decisions) -> list[Job]:
@@ -69,15 +69,32 @@ def pending_too_long_after(job: Job) -> datetime | None:
     return (job.runnable_since or job.submitted_at) + timedelta(seconds=job.max_pending_seconds)
 
 
+def pending_too_long_before(now: datetime, max_pending_seconds: int) -> datetime | None:
+    """The moment before which a job must have become RUNNABLE to be pending too long at `now` (a job whose
+    `pending_too_long(job, now)` holds exactly when its start is earlier); None where that moment is out of
+    the datetime's range, for the caller to ask `pending_too_long` itself."""
+    try:
+        return now - timedelta(seconds=max_pending_seconds)
+    except OverflowError:
+        return None
+
+
 def time_out_pending_jobs(state: WorkingState, decisions: Decisions) -> set[int]:
-    """RUNNABLE jobs of the snapshot waiting more than their max_pending_seconds fail (PENDING_TIMEOUT)."""
+    """RUNNABLE jobs of the snapshot waiting more than their max_pending_seconds fail (PENDING_TIMEOUT).
+
+    One moment per distinct max_pending_seconds (`pending_too_long_before`), so each job is one comparison."""
     timed_out: set[int] = set()
-    for job in state.jobs:
-        # Most jobs have no max_pending_seconds: asked first, it spares a call per job of the queue.
+    before: dict[int, datetime | None] = {}
+    for job in state.may_time_out:  # the RUNNABLE jobs with a max_pending_seconds, in id order
+        seconds = job.max_pending_seconds
+        if seconds in before:
+            moment = before[seconds]
+        else:
+            moment = before[seconds] = pending_too_long_before(state.now, seconds)
         if (
-            job.max_pending_seconds is not None
-            and job.status == JobStatus.RUNNABLE
-            and pending_too_long(job, state.now)
+            (job.runnable_since or job.submitted_at) < moment
+            if moment is not None
+            else pending_too_long(job, state.now)
         ):
             waited = int(pending_for(job, state.now).total_seconds())
             decisions.timeouts.append(

@@ -41,7 +41,7 @@ def is_relocation(job: Job) -> bool:
 def hold_relocation_earmarks(state: WorkingState) -> list[int]:
     """While a relocated job is STOPPING, the entry it moves to is earmarked for it; returns those jobs."""
     held = []
-    for job in state.jobs:
+    for job in state.nominated_jobs:
         if job.status == JobStatus.STOPPING and is_relocation(job):
             index = job.nomination.entry_index
             if 0 <= index < len(job.entries):
@@ -102,9 +102,8 @@ def candidates(state: WorkingState) -> list[tuple[Job, Placement, int]]:
     """RUNNING jobs with `relocate`, still placed, not on their first entry, old enough and unprotected;
     oldest placement first."""
     found = []
-    running = JobStatus.RUNNING
-    for job in state.jobs:
-        if not job.relocate or job.status != running or not state.shares[job.share_id].enabled:
+    for job in state.relocatable_jobs:  # RUNNING, with `relocate`, in id order
+        if not state.shares[job.share_id].enabled:
             continue
         placement = state.placements.get(job.id)
         if placement is None or job.id in state.placed_in_pass:

@@ -17,6 +17,7 @@ stops. See docs/relocation.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from . import messages
 from .budgets import stops_all_starts
@@ -51,7 +52,6 @@ from .types import (
     Admission,
     Decisions,
     Job,
-    JobStatus,
     Nominate,
     Ordering,
     PassStats,
@@ -60,6 +60,8 @@ from .types import (
     Share,
     Snapshot,
 )
+
+_id = attrgetter("id")
 
 
 def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
@@ -76,26 +78,35 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
     timed_out = time_out_pending_jobs(state, run.decisions)
     restore_capacity_limits(state, run.decisions)
     restore_plan_limits(state, run.decisions)
-    waiting = JobStatus.RUNNABLE  # looked up once: an enum member is a class attribute lookup each time
-    runnable = [job for job in state.jobs if job.status == waiting and job.id not in timed_out]
-    runnable += drained
+    # The RUNNABLE jobs, in id order, then those drained at once (in the order drained).
+    runnable = state.runnable_jobs
+    if timed_out:
+        runnable = [job for job in runnable if job.id not in timed_out]
+    if drained:
+        runnable = runnable + drained
+    # In id order when nothing was drained: the queues' sort may then skip its first key.
+    in_id_order = not drained
     left: dict[int, list[Job]] = {}
     unordered = runnable
     if snapshot.queue_enabled:
         # A disabled share, or one whose ALL budget is spent, starts nothing: its jobs are only explained.
         starting = {share.id for share in state.shares.values() if starts_jobs(share)}
-        unordered = [job for job in runnable if job.share_id not in starting]
-        schedulable = [job for job in runnable if job.share_id in starting]
-        placed_first = run.place_nominated_first([job for job in schedulable if job.nomination is not None])
-        schedulable = [job for job in schedulable if job.id not in placed_first]
-        left = run.place_in_order(share_queues(schedulable), allow_preemption=True)
+        if len(starting) == len(state.shares):
+            schedulable, unordered = runnable, []
+        else:
+            schedulable, unordered = [], []
+            for job in runnable:
+                (schedulable if job.share_id in starting else unordered).append(job)
+        nominated = [job for job in schedulable if job.nomination is not None] if state.nominated_jobs else []
+        placed_first = run.place_nominated_first(nominated)
+        if placed_first:
+            schedulable = [job for job in schedulable if job.id not in placed_first]
+        left = run.place_in_order(share_queues(schedulable, in_id_order=in_id_order), allow_preemption=True)
         if run.placed_at_once or any(p.preemptor_job_id is not None for p in run.decisions.preemptions):
             left = run.sweep(left)
         if relocate(state, run.decisions, runnable, run.admit):
             left = run.sweep(left)  # a job moved at once freed its old entry
-    run.lapse_nominations(
-        job.id for job in state.jobs if job.nomination is not None and job.id not in run.nomination_holds
-    )
+    run.lapse_nominations(job.id for job in state.nominated_jobs if job.id not in run.nomination_holds)
     if explain:
         run.explain_pending(unordered, left)
     run.decisions.stats = pass_stats(run.decisions, run.considered)
@@ -257,7 +268,7 @@ class PassRun:
 
         def refused(share_id: int, jobs: list[Job]) -> None:
             left[share_id].extend(jobs)
-            self.considered.update(job.id for job in jobs)
+            self.considered.update(map(_id, jobs))
 
         while (job := heads.next_head()) is not None:
             share_id = job.share_id
@@ -395,32 +406,42 @@ class PassRun:
         state = self.state
         why_entries_do_not_fit = PendingReasons(state).why_entries_do_not_fit
         victims = {p.job_id: p for p in self.decisions.preemptions if not p.fails and not p.graceful}
-        held_behind = self.held_behind
-        pending = self.decisions.pending
-        joining = share_queues([job for job in state.jobs if job.id in victims] + unordered)
+        held_behind, waiting = self.held_behind, self.waiting
+        append = self.decisions.pending.append
+        queue_enabled = state.snapshot.queue_enabled
+        # A victim of this pass was placed when the pass began (all jobs are read should one not be).
+        preempted = [job for job in state.placed_jobs if job.id in victims] if victims else []
+        if len(preempted) != len(victims):
+            preempted = [job for job in state.jobs if job.id in victims]
+        joining = share_queues(preempted + unordered)
         for share_id in sorted(set(left) | set(joining)):
             share_queue = left.get(share_id, [])
             if share_id in joining:
                 share_queue = sorted(share_queue + joining[share_id], key=queue_key)
             share = state.shares[share_id]
-            # One text for every job of a share whose budget is spent: it may hold thousands.
-            spent = budget_spent_reason(share) if stops_all_starts(share.budget) else None
+            # One text for every job of the share that is neither a victim nor nominated, when the queue or
+            # the share is disabled or its budget is spent: a share may hold thousands.
+            if not queue_enabled:
+                common = queue_disabled_reason()
+            elif not share.enabled:
+                common = share_disabled_reason(share.name)
+            elif stops_all_starts(share.budget):
+                common = budget_spent_reason(share)
+            else:
+                common = None
             for position, job in enumerate(share_queue, start=1):
-                if job.id in victims:
-                    reason = preempted_reason(state, job, victims[job.id])
-                elif job.id in self.waiting:
-                    reason = nominated_reason(state, job, *self.waiting[job.id])
-                elif not state.snapshot.queue_enabled:
-                    reason = queue_disabled_reason()
-                elif not share.enabled:
-                    reason = share_disabled_reason(share.name)
-                elif spent is not None:
-                    reason = spent
-                elif job.id in held_behind:
-                    reason = held_by_strict_fifo_reason(state, job, held_behind[job.id])
+                job_id = job.id
+                if job_id in victims:
+                    reason = preempted_reason(state, job, victims[job_id])
+                elif job_id in waiting:
+                    reason = nominated_reason(state, job, *waiting[job_id])
+                elif common is not None:
+                    reason = common
+                elif job_id in held_behind:
+                    reason = held_by_strict_fifo_reason(state, job, held_behind[job_id])
                 else:
                     reason = why_entries_do_not_fit(job)
-                pending.append(Pending(job.id, share_id, reason, position))
+                append(Pending(job_id, share_id, reason, position))
 
 
 def pass_stats(decisions: Decisions, considered: set[int]) -> PassStats:

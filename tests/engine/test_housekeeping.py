@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine import PreemptionKind, schedule
-from engine.housekeeping import pending_too_long, pending_too_long_after
+from engine.housekeeping import pending_too_long, pending_too_long_after, pending_too_long_before
 
 from .builders import (
     LEND,
@@ -301,3 +301,38 @@ def test_pending_too_long_after_is_the_moment_pending_too_long_starts_to_hold(
     after = pending_too_long_after(job)
 
     assert pending_too_long(job, now) == (after is not None and now > after)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    waited=st.integers(min_value=-86_400_000_000, max_value=4 * 86_400_000_000),
+    max_pending=st.one_of(
+        st.integers(min_value=0, max_value=3 * 86_400),
+        st.integers(min_value=-(10**13), max_value=10**13),
+    ),
+    since_submission=st.booleans(),
+)
+@example(waited=3_600_000_000, max_pending=3_600, since_submission=False)  # exactly at the limit: not yet
+@example(waited=3_600_000_001, max_pending=3_600, since_submission=True)
+@example(waited=0, max_pending=10**12, since_submission=True)  # the moment is before the first datetime
+def test_pending_too_long_before_is_the_start_before_which_a_job_is_pending_too_long(
+    waited, max_pending, since_submission
+):
+    nlp = share(1, "nlp", LEND, limits={P5: 8})
+    became_runnable = NOW - timedelta(days=2)
+    job = runnable(
+        101,
+        nlp,
+        entry(P5, 1),
+        max_pending_seconds=max_pending,
+        submitted_at=became_runnable if since_submission else became_runnable - timedelta(hours=5),
+        runnable_since=None if since_submission else became_runnable,
+    )
+    now = became_runnable + timedelta(microseconds=waited)
+
+    moment = pending_too_long_before(now, max_pending)
+
+    if moment is None:
+        assert abs(max_pending) > 10**10
+    else:
+        assert pending_too_long(job, now) == (became_runnable < moment)
