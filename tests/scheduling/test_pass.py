@@ -383,6 +383,11 @@ def test_the_snapshot_reads_jobs_as_the_queryset_would(queue):
     jobs = snapshot_querysets(job_queue=queue)["jobs"]
     rows = values_rows(jobs)
     assert rows == list(jobs) and len(rows) == 4
+    # Each row has its own lists, empty or not, as the queryset gives them: changing one changes no other.
+    for column in ("nominated_victims", "retry_rules"):
+        lists = [row[JOB_COLUMNS.index(column)] for row in rows]
+        assert all(type(value) is list for value in lists)
+        assert len({id(value) for value in lists}) == len(lists)
     assert {type(row[JOB_COLUMNS.index("created_at")]) for row in rows} == {type(timezone.now())}
     assert rows[0][JOB_COLUMNS.index("created_at")].tzinfo is not None
     # On PostgreSQL the rows' datetimes come from psycopg's C loader, the queryset's from Django's: same zone.
