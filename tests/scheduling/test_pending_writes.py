@@ -9,9 +9,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling.models import Job, JobStatus, PendingState, ShareCapacityLimit
+from scheduling.models import Job, JobStatus, PendingClause, PendingState, ShareCapacityLimit
 from scheduling.passes import run as passes
 from scheduling.services import executor as executor_services
+from scheduling.services import jobs as job_services
 from tests.factories import JobQueueFactory, environment_with, job_in, share_with
 
 pytestmark = pytest.mark.django_db
@@ -54,14 +55,14 @@ def test_a_pass_that_finds_the_same_reasons_writes_no_pending_row(queue):
     waiting = [job_in(nlp, [(P5, 2), (P4, 2)], name=f"waits-{i}") for i in range(3)]
     run_pass(queue)
     assert marked() == {job.pk for job in waiting}
-    reasons = dict(PendingState.objects.values_list("job_id", "status_reason"))
+    reasons = {row.job_id: row.status_reason for row in PendingState.objects.all()}
 
     with CaptureQueriesContext(connection) as captured:
         run_pass(queue)
 
     assert pending_writes(captured) == []
     assert still_marked() == {job.pk for job in waiting}
-    assert dict(PendingState.objects.values_list("job_id", "status_reason")) == reasons
+    assert {row.job_id: row.status_reason for row in PendingState.objects.all()} == reasons
 
 
 def test_a_changed_reason_is_rewritten_and_the_unchanged_ones_are_not(queue):
@@ -106,3 +107,38 @@ def test_a_job_whose_position_changes_is_rewritten_with_its_new_position(queue):
     second = Job.objects.select_related("pending").get(pk=second.pk)
     assert second.status == JobStatus.SCHEDULED and second.waiting is None
     assert second.current_reason == second.status_reason and second.current_reason.startswith("placed on")
+
+
+def test_jobs_waiting_for_the_same_reason_share_its_clauses_and_unused_ones_go_a_pass_later(queue):
+    nlp = share_with(queue, "nlp", {P5: 2})
+    job_in(nlp, [(P5, 2)], name="placed")
+    waiting = [job_in(nlp, [(P5, 2), (P4, 9)], name=f"waits-{i}") for i in range(3)]
+    run_pass(queue)
+    rows = list(PendingState.objects.order_by("job_id"))
+    assert len({row.clauses for row in rows}) == 1 and len(rows[0].clauses.split()) == 2
+    assert PendingClause.objects.filter(job_queue=queue).count() == 2
+    old = set(PendingClause.objects.values_list("text", flat=True))
+    assert old == {
+        "ml.p5.48xlarge x2: share nlp at its limit 2/2 and RESERVE cannot borrow",
+        "ml.p4d.24xlarge x9: needs more than the environment's 8 instances",
+    }
+
+    ShareCapacityLimit.objects.filter(quota_share=nlp).update(max_capacity=3)
+    run_pass(queue)
+    # The new first clause is added; the old one stays for a page that read a row before this pass.
+    texts = set(PendingClause.objects.values_list("text", flat=True))
+    assert old < texts and len(texts) == 3
+    assert {row.status_reason for row in PendingState.objects.all()} == {
+        "ml.p5.48xlarge x2: share nlp has 1 left of its limit (2/3) and RESERVE cannot borrow; "
+        "ml.p4d.24xlarge x9: needs more than the environment's 8 instances"
+    }
+
+    run_pass(queue)
+    assert set(PendingClause.objects.values_list("text", flat=True)) == texts - {
+        "ml.p5.48xlarge x2: share nlp at its limit 2/2 and RESERVE cannot borrow"
+    }
+    for job in waiting:
+        job_services.job_cancel(job_id=job.pk, actor=None)
+    run_pass(queue)
+    run_pass(queue)
+    assert not PendingClause.objects.exists()

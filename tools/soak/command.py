@@ -52,7 +52,6 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
@@ -673,13 +672,12 @@ class Command(BaseCommand):
         self.processes.stop_all()
         self._end_agents_jobs()
         if undrained:
-            left = list(
-                Job.objects.filter(
+            left = [
+                (job.pk, job.job_queue_name, job.status, job.current_reason)
+                for job in Job.objects.filter(
                     job_queue_id__in=world["queue_ids"], status__in=UNFINISHED_STATUSES
-                ).values_list(
-                    "id", "job_queue__name", "status", Coalesce("pending__status_reason", "status_reason")
-                )[:20]
-            )
+                ).select_related("pending")[:20]
+            ]
             self.stats.violation(
                 f"{undrained} (the external executor's last round began "
                 f"{time.monotonic() - self.executor_heartbeat:.1f} s ago); unfinished: "
