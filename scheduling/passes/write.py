@@ -522,6 +522,8 @@ def pending_rows(
     used = {int(spelling, 16) for spelling in ids_of.values()}
     unused = known - used
     if unused:
-        before = " ".join(row[_CLAUSES] for row in index.jobs.values() if row[_CLAUSES] is not None).split()
+        # Used before but not after: only the rows rewritten or removed can have used them (a row kept uses
+        # the same clauses after the pass).
+        before = " ".join(index.jobs[job_id][_CLAUSES] for job_id in stale).split()
         unused -= {int(part, 16) for part in set(before)}
     return waiting, stale, added, sorted(unused)
