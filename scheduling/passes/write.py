@@ -484,9 +484,9 @@ def pending_rows(
     only the rows before it used stays until the next pass, for a page that read such a row just before.
     """
     queue_id = job_queue.pk
-    known = index.clause_ids
-    if known is None:
+    if index.clause_ids is None:
         raise ValueError("the snapshot was loaded without the queue's clauses: snapshot_load(clauses=True)")
+    known = set(index.clause_ids)  # and those this pass adds
     ids_of: dict[str, str] = {}  # a clause's words -> its id as `clauses` spells it
     added: list[dict] = []
 
