@@ -44,6 +44,7 @@ from scheduling.models import (
     ShareCapacityLimit,
     Team,
     TrainingPlan,
+    pending_words_load,
 )
 from scheduling.passes import run as passes
 from scheduling.passes.work import work_version, work_wait
@@ -435,6 +436,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
         if getattr(self, "swagger_fake_view", False):  # the schema generator has no user
             return Job.objects.none()
         return jobs_for_user(user=self.request.user, sees_all=sees_all_jobs(self.request.user))
+
+    def paginate_queryset(self, queryset):
+        page = super().paginate_queryset(queryset)
+        if page is not None:
+            pending_words_load(page)  # the page's reasons, worded in one query
+        return page
 
     def _job_body(self, job_id: int) -> dict:
         return s.JobSerializer(jobs_in_full().get(pk=job_id), context=self.get_serializer_context()).data

@@ -6,6 +6,7 @@ environment's capacity, preference lists) live in `scheduling.rules`, used by th
 
 from __future__ import annotations
 
+import hashlib
 from decimal import Decimal
 
 from django.conf import settings
@@ -663,10 +664,14 @@ class PendingState(models.Model):
     A pass rewrites thousands of these; kept apart from Job they are narrow rows with one index, not new
     versions of wide job rows with seven. A pass deletes the row once the job leaves RUNNABLE; so does a
     cancellation. `Job.status_reason` keeps the reason of the job's last transition (preempted, retrying...).
+
+    The reason is stored as what it is made of: `clauses` names, in order, the `PendingClause`s (an entry's
+    verdict, `ml.p5.48xlarge x4: share nlp at its limit 8/8 ...`) that `status_reason` joins with "; ". Jobs
+    that wait for the same reasons share the clauses, so a pass writes a few bytes per job, not the sentence.
     """
 
     job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="pending")
-    status_reason = models.TextField()
+    clauses = models.TextField()  # `PendingClause` ids in hexadecimal, space-separated, in reading order
     queue_position = models.PositiveIntegerField()
     # SPEC 3.5, written off the pass's hot path by `scheduling.services.estimates` (null until the first
     # estimate after the pass wrote the row; both times null with a basis saying why when it never starts).
@@ -677,6 +682,59 @@ class PendingState(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} #{self.queue_position}: {self.status_reason}"
+
+    @property
+    def status_reason(self) -> str:
+        """The sentence a person reads: the clauses' words joined by "; "."""
+        return pending_words([self.clauses])[0]
+
+
+class PendingClause(models.Model):
+    """One clause of the pending reasons of a queue's jobs, written once however many jobs it explains.
+
+    Its id is a digest of its queue and words (`pending_clause_id`), so an id names the same words for as long
+    as it exists and a pass finds the id of a clause without asking. A pass adds the clauses it needs and
+    removes those that no pending row of the queue has used since the pass before it (a page that read a row
+    just before a pass still finds that row's clauses).
+    """
+
+    id = models.BigIntegerField(primary_key=True)
+    job_queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="+")
+    text = models.TextField()
+
+    def __str__(self) -> str:
+        return self.text
+
+
+CLAUSE_SEPARATOR = "; "
+_clause_words: dict[int, str] = {}  # id -> words: an id always names the same words (see PendingClause)
+_CLAUSE_WORDS_KEPT = 50_000
+
+
+def pending_clause_id(job_queue_id: int, text: str) -> int:
+    """A clause's id: the first 63 bits of the BLAKE2b digest of its queue and its words."""
+    digest = hashlib.blake2b(f"{job_queue_id}\n{text}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def pending_words(clause_lists: list[str]) -> list[str]:
+    """The sentences of `PendingState.clauses` values, in order: the words of clauses already read in this
+    process are kept, the others read in one query."""
+    known = _clause_words
+    ids = [[int(part, 16) for part in clauses.split()] for clauses in clause_lists]
+    missing = {clause_id for found in ids for clause_id in found if clause_id not in known}
+    if missing:
+        if len(known) + len(missing) > _CLAUSE_WORDS_KEPT:
+            known.clear()
+        known.update(PendingClause.objects.filter(pk__in=missing).values_list("id", "text"))
+    # A clause removed between the read of its row and this one (two passes later) reads as nothing.
+    return [CLAUSE_SEPARATOR.join(known.get(clause_id, "") for clause_id in found) for found in ids]
+
+
+def pending_words_load(jobs) -> None:
+    """Read the clauses of these jobs' pending rows (loaded with `select_related("pending")`) in one query, so
+    that showing each job's reason asks nothing more."""
+    pending_words([job.pending.clauses for job in jobs if job.waiting is not None])
 
 
 class JobPreference(models.Model):

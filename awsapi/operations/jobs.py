@@ -28,6 +28,7 @@ from scheduling.models import (
     QuotaShare,
     ServiceEnvironment,
     StopOutcome,
+    pending_words_load,
 )
 from scheduling.selectors.jobs import jobs_in_full
 from scheduling.selectors.queue import queue_snapshot
@@ -434,6 +435,7 @@ def list_service_jobs(user, members: Members) -> dict:
         .order_by("-id")[: size + 1]
     )
     page = rows[:size]
+    pending_words_load(page)  # the page's reasons, worded in one query
     token = (
         page_token(operation="listservicejobs", query=query, position=page[-1].pk)
         if len(rows) > size

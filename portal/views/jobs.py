@@ -29,7 +29,7 @@ from portal.params import int_param
 from portal.views.common import htmx_target, page, refresh_seconds, viewer
 from scheduling import rules
 from scheduling.errors import Conflict, DomainError, NotAllowed
-from scheduling.models import JobStatus
+from scheduling.models import JobStatus, pending_words_load
 from scheduling.selectors import estimates, events, jobs
 from scheduling.services import jobs as job_services
 
@@ -58,6 +58,7 @@ def job_list(request):
         )
     paginator = Paginator(jobs.job_list(viewer=who, filters=filters), settings.PAGE_LIST_SIZE)
     page_obj = paginator.get_page(request.GET.get("page"))
+    pending_words_load(page_obj)  # the page's reasons, worded in one query
     context = {
         "form": form,
         "page_obj": page_obj,

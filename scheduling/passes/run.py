@@ -90,12 +90,12 @@ def queue_pass_run(*, job_queue_id: int, trigger: str = "beat") -> PassResult:
 def pass_execute(*, job_queue: JobQueue, now: datetime, trigger: str, started: float) -> PassOutcome:
     """Load, decide, write. The caller holds the queue's row lock in the enclosing transaction, taken with
     `last_sample_at` read beside it (`queue_lock(..., last_sample=...)`)."""
-    snap, index = snapshot_load(job_queue=job_queue, now=now)
+    snap, index = snapshot_load(job_queue=job_queue, now=now, clauses=True)
     environment = job_queue.service_environment
     due_now = gangs_due(job_queue=job_queue, index=index, now=now)
     # Lost tasks and start deadlines move jobs with the services (rare: a few jobs); the engine reads the result.
     if due_now and gangs_settle(job_queue=job_queue, job_ids=due_now, now=now):
-        snap, index = snapshot_load(job_queue=job_queue, now=now)
+        snap, index = snapshot_load(job_queue=job_queue, now=now, clauses=True)
     book = budgets_read(job_queue_id=job_queue.pk, now=now)
     snap = budgets_apply(snap, book)
     snap, settled = stops_settle(

@@ -16,6 +16,7 @@ from django.db.models import F, Max, Subquery
 from engine import accounting
 from engine import types as et
 from scheduling.models import (
+    CLAUSE_SEPARATOR,
     Event,
     EventKind,
     Executor,
@@ -23,8 +24,10 @@ from scheduling.models import (
     JobAttempt,
     JobQueue,
     JobStatus,
+    PendingClause,
     PendingState,
     ShareUsageSample,
+    pending_clause_id,
 )
 from scheduling.passes.bulk import rows_delete, rows_insert, rows_update
 from scheduling.passes.snapshot import JOB_COLUMNS, Index
@@ -41,9 +44,9 @@ from scheduling.passes.tasks import tasks_close
 from scheduling.passes.work import work_changed
 
 decision_logger = logging.getLogger("quotaportal.scheduling.decisions")
-_SHARE, _REASON, _POSITION, _TEAM = (
+_SHARE, _CLAUSES, _POSITION, _TEAM = (
     JOB_COLUMNS.index(name)
-    for name in ("quota_share_id", "pending__status_reason", "pending__queue_position", "team_id")
+    for name in ("quota_share_id", "pending__clauses", "pending__queue_position", "team_id")
 )
 
 _FULL_FIELDS = (
@@ -442,23 +445,9 @@ def decisions_write(
             )
 
     # Only the reasons and positions that changed are rewritten (every one on a queue's first pass).
-    waiting: list[dict] = []
-    for pending in decisions.pending:
-        current = index.jobs[pending.job_id]
-        if current[_REASON] != pending.reason or current[_POSITION] != pending.queue_position:
-            waiting.append(
-                dict(
-                    job_id=pending.job_id, status_reason=pending.reason, queue_position=pending.queue_position
-                )
-            )
-    still_waiting = {pending.job_id for pending in decisions.pending}
-    # Rows to remove: the rewritten ones that exist, and those of jobs that left the queue in this pass.
-    stale = [row["job_id"] for row in waiting if index.jobs[row["job_id"]][_REASON] is not None]
-    stale += [
-        job_id
-        for job_id, current in index.jobs.items()
-        if current[_REASON] is not None and job_id not in still_waiting
-    ]
+    waiting, stale, clauses_new, clauses_gone = pending_rows(
+        job_queue=job_queue, decisions=decisions, index=index
+    )
 
     # The open attempt of each stopped job, matched by its job: no read of the attempts' ids first.
     rows_update(
@@ -472,11 +461,69 @@ def decisions_write(
     if tasks_close(stopped, now=now):
         work_changed(environment=job_queue.service_environment)  # executors free the slots of released claims
     rows_delete(PendingState, stale)
+    rows_insert(PendingClause, clauses_new)
     # In key order, so the new rows append to the primary key's index rather than land all over it.
     rows_insert(PendingState, sorted(waiting, key=operator.itemgetter("job_id")))
+    rows_delete(PendingClause, clauses_gone)
     rows_insert(JobAttempt, attempts)
     rows_insert(Event, events)
     if settled is not None:
         for executor_id, lost in sorted(settled.lost_by_executor.items()):
             Executor.objects.filter(pk=executor_id).update(jobs_lost=F("jobs_lost") + lost)
     return admitted, preempted
+
+
+def pending_rows(
+    *, job_queue: JobQueue, decisions: et.Decisions, index: Index
+) -> tuple[list[dict], list[int], list[dict], list[int]]:
+    """The pending rows to write (the jobs whose reason or position changed), the rows to remove (those
+    rewritten, and those of jobs no longer waiting), the clauses to add, and the clauses to remove.
+
+    A reason is stored as its clauses (`PendingState.clauses`): split on "; ", which joins them back into the
+    very same sentence. A clause no pending row used before this pass nor uses after it is removed; one that
+    only the rows before it used stays until the next pass, for a page that read such a row just before.
+    """
+    queue_id = job_queue.pk
+    if index.clause_ids is None:
+        raise ValueError("the snapshot was loaded without the queue's clauses: snapshot_load(clauses=True)")
+    known = set(index.clause_ids)  # and those this pass adds
+    ids_of: dict[str, str] = {}  # a clause's words -> its id as `clauses` spells it
+    added: list[dict] = []
+
+    def clause(text: str) -> str:
+        found = ids_of.get(text)
+        if found is None:
+            clause_id = pending_clause_id(queue_id, text)
+            found = ids_of[text] = f"{clause_id:x}"
+            if clause_id not in known:
+                known.add(clause_id)
+                added.append(dict(id=clause_id, job_queue_id=queue_id, text=text))
+        return found
+
+    spelled: dict[str, str] = {}  # a whole reason -> its clauses (many jobs wait for the same reason)
+    waiting: list[dict] = []
+    for pending in decisions.pending:
+        clauses = spelled.get(pending.reason)
+        if clauses is None:
+            clauses = spelled[pending.reason] = " ".join(map(clause, pending.reason.split(CLAUSE_SEPARATOR)))
+        current = index.jobs[pending.job_id]
+        if current[_CLAUSES] != clauses or current[_POSITION] != pending.queue_position:
+            waiting.append(
+                dict(job_id=pending.job_id, clauses=clauses, queue_position=pending.queue_position)
+            )
+    still_waiting = {pending.job_id for pending in decisions.pending}
+    # Rows to remove: the rewritten ones that exist, and those of jobs that left the queue in this pass.
+    stale = [row["job_id"] for row in waiting if index.jobs[row["job_id"]][_CLAUSES] is not None]
+    stale += [
+        job_id
+        for job_id, current in index.jobs.items()
+        if current[_CLAUSES] is not None and job_id not in still_waiting
+    ]
+    used = {int(spelling, 16) for spelling in ids_of.values()}
+    unused = known - used
+    if unused:
+        # Used before but not after: only the rows rewritten or removed can have used them (a row kept uses
+        # the same clauses after the pass).
+        before = " ".join(index.jobs[job_id][_CLAUSES] for job_id in stale).split()
+        unused -= {int(part, 16) for part in set(before)}
+    return waiting, stale, added, sorted(unused)

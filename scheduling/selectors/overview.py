@@ -8,7 +8,16 @@ from datetime import datetime
 from django.db.models import Min, OuterRef, Subquery
 from django.utils import timezone
 
-from scheduling.models import Job, JobPreference, JobQueue, JobStatus, QuotaShare, SchedulingPass, Team
+from scheduling.models import (
+    Job,
+    JobPreference,
+    JobQueue,
+    JobStatus,
+    QuotaShare,
+    SchedulingPass,
+    Team,
+    pending_words,
+)
 from scheduling.selectors.budgets import BudgetReading, share_budgets
 from scheduling.selectors.events import EventRow, evictions
 from scheduling.selectors.usage import QueueUsage, ShareSummary, queue_usage
@@ -73,8 +82,12 @@ def _pending_heads(
         row["quota_share_id"]: row
         for row in runnable.filter(pending__queue_position=1)
         .order_by("quota_share_id", "id")
-        .values("id", "name", "team_id", "quota_share_id", "quota_share__name", "pending__status_reason")
+        .values("id", "name", "team_id", "quota_share_id", "quota_share__name", "pending__clauses")
     }
+    # The heads' reasons, worded from their clauses (one more query only for clauses not read before).
+    rows = list(heads.values())
+    for row, words in zip(rows, pending_words([row["pending__clauses"] for row in rows]), strict=True):
+        row["reason"] = words
     wanted: dict[int, set[str]] = {}
     for share_id, type_name in (
         JobPreference.objects.filter(
@@ -90,7 +103,8 @@ def _pending_heads(
 
 def overview(*, viewer: Viewer, long_wait_since: datetime, eviction_limit: int = 8) -> list[QueueOverview]:
     """Every queue: capacity per type, share cards, last pass, last evictions, budgets. 8 + 7 per queue
-    queries, and 3 more when some share has a budget.
+    queries, 3 more when some share has a budget, and one for the words of the heads' reasons this process
+    has not read before.
 
     The count does not grow with jobs, events or passes: aggregates, and index-backed reads of the latest
     rows.
@@ -140,7 +154,7 @@ def overview(*, viewer: Viewer, long_wait_since: datetime, eviction_limit: int =
                     team_id=head["team_id"],
                     share_name=head["quota_share__name"],
                 )
-                card.head_reason = head["pending__status_reason"]
+                card.head_reason = head["reason"]
             card.evictions = [e for e in recent if e.share_id == share.id][:3]
             cards.append(card)
         result.append(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine.order import head_order
-from scheduling.models import Job, JobQueue, Team
+from scheduling.models import Job, JobQueue, Team, pending_words_load
 from scheduling.passes.snapshot import snapshot_load
 from scheduling.selectors.usage import QueueUsage, queue_usage
 
@@ -26,13 +26,15 @@ def queue_snapshot(*, job_queue: JobQueue, now: datetime, job_limit: int = 100) 
 
     The order comes from the engine itself, on the snapshot a pass loads: heads of shares under their limit
     before heads of shares at or over it, then priority, submission time and id (`engine.order.head_order`).
-    17 queries: 7 `queue_usage`, 8 `snapshot_load`, the jobs shown, the teams' slugs.
+    18 queries: 7 `queue_usage`, 8 `snapshot_load`, the jobs shown, the teams' slugs; one more for the
+    words of clauses of their reasons not read before in this process.
     """
     usage = queue_usage(job_queue=job_queue)
     snapshot, _index = snapshot_load(job_queue=job_queue, now=now)
     order = [job.id for job in head_order(snapshot)]
     shown = order[:job_limit]
     rows = Job.objects.select_related("quota_share", "team", "pending").in_bulk(shown) if shown else {}
+    pending_words_load(rows.values())  # their reasons, worded in one query
     team_slugs = dict(
         Team.objects.filter(pk__in={share.team_id for share in usage.shares}).values_list("id", "slug")
     )

@@ -19,6 +19,7 @@ from scheduling.models import (
     QuotaShare,
     SchedulingPass,
     ShareUsageSample,
+    pending_words_load,
 )
 from scheduling.selectors.events import EventRow, evictions
 from scheduling.selectors.usage import QueueUsage, ShareSummary, queue_usage
@@ -109,6 +110,7 @@ def share_detail(*, viewer: Viewer, share: QuotaShare, job_limit: int = 100) -> 
                 F("pending__queue_position").asc(nulls_last=True), "-scheduling_priority", "created_at", "id"
             )[:job_limit]
         )
+        pending_words_load(pending)  # their reasons, worded in one query
     running_count = placed.count()
     last_pass = (
         SchedulingPass.objects.filter(job_queue_id=share.job_queue_id).order_by("-started_at", "-id").first()

@@ -124,13 +124,14 @@ BUDGETS = {
     "events": ("/api/v1/events/", "chen", many_events, 5),
     "events tailing": ("/api/v1/events/?since_id=0&kind=PREEMPTED_RECLAIM", "chen", many_events, 5),
     # 7 usage, 8 the pass's own snapshot load (for the engine's head order), the queue, the jobs, the teams,
-    # and who reads (their teams, whether they read everything: their permissions, 2).
-    "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 21),
+    # who reads (their teams, whether they read everything: their permissions, 2), and the words of the
+    # clauses of the jobs' reasons (none when this process has read them all before).
+    "snapshot": ("/api/v1/job-queues/{queue}/snapshot/", "ana", many_runnable_jobs, 22),
     "snapshot of a busy queue": (
         "/api/v1/job-queues/{queue}/snapshot/",
         "ana",
         many_runnable_and_placed_jobs,
-        21,
+        22,
     ),
 }
 

@@ -80,7 +80,7 @@ def write(queue, decisions: et.Decisions, now=None):
     now = now or timezone.now()
     with transaction.atomic():
         locked = queue_lock(queue.pk)
-        _, index = snapshot_load(job_queue=locked, now=now)
+        _, index = snapshot_load(job_queue=locked, now=now, clauses=True)
         return decisions_write(job_queue=locked, decisions=decisions, index=index, now=now)
 
 

@@ -3,7 +3,7 @@
 It writes a seeded synthetic queue (`engine.synthetic`) into the database under a `bench-` prefix,
 measures, and deletes it again. Figures, each the median of --repeat runs:
 - engine: `schedule()` alone on the loaded snapshot;
-- floor: the pass's own 8 reads executed raw (rows fetched, no model or dataclass built): reading the same
+- floor: the pass's own 9 reads executed raw (rows fetched, no model or dataclass built): reading the same
   rows once, which no pass can beat;
 - pass: the whole pass (lock, load, engine, bulk writes, pass record), rolled back after each run so every run
   decides on the same state, taking turns with the engine and the floor; then "steady" passes after the first

@@ -49,7 +49,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling.models import (
@@ -253,13 +252,12 @@ class Command(BaseCommand):
         self.processes.stop_all()
         self._end_agents_jobs()
         if undrained:
-            left = list(
-                Job.objects.filter(
+            left = [
+                (job.pk, job.job_queue_name, job.status, job.current_reason)
+                for job in Job.objects.filter(
                     job_queue_id__in=world["queue_ids"], status__in=UNFINISHED_STATUSES
-                ).values_list(
-                    "id", "job_queue__name", "status", Coalesce("pending__status_reason", "status_reason")
-                )[:20]
-            )
+                ).select_related("pending")[:20]
+            ]
             self.stats.violation(
                 f"{undrained} ({self._external_progress(world)}); unfinished: "
                 + "; ".join(f"job {i} on {q} {s}: {r[:160]}" for i, q, s, r in left)
