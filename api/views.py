@@ -1,4 +1,4 @@
-"""The API's views (SPEC section 5): validate with a serializer, call one service or selector, answer.
+"""The API's views (api.md): validate with a serializer, call one service or selector, answer.
 
 Domain errors are not caught here: `api.exceptions.api_exception_handler` maps them to HTTP.
 Every list reads a constant number of queries whatever its page size (tests/api/test_query_budget.py).
@@ -524,7 +524,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     )
 )
 class EventViewSet(mixins.ListModelMixin, ApiViewSet):
-    """A member reads their teams' events and the configuration's (SPEC 5), decided by each event's team; a job
+    """A member reads their teams' events and the configuration's (api.md), decided by each event's team; a job
     inside an event is a summary, never its payload, and another team's job has no name."""
 
     serializer_class = s.EventSerializer

@@ -1,7 +1,7 @@
 """quotaportal's scheduling engine: `schedule(snapshot) -> decisions`, pure Python, no Django.
 
-The modules follow the pass (SPEC section 3): `capacity` (working state, invariants A-C), `housekeeping`
-(drain, timeout, LIMIT_REDUCED), `order` (share queues and heads), `fit` (preference evaluation without
+The modules follow the pass (behaviour.md#the-scheduling-pass): `capacity` (working state, invariants A-C),
+`housekeeping` (drain, timeout, LIMIT_REDUCED), `order` (share queues and heads), `fit` (preference evaluation without
 preemption), `preemption` (victims with put-back), `relocation` (running jobs moving to an earlier entry),
 `reasons` and `messages` (the words), `scheduler` (the pass itself), `synthetic` (a seeded busy queue for
 benchmarks).

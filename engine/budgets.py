@@ -1,4 +1,5 @@
-"""GPU-hour budgets (SPEC 2.1): calendar periods, what a placement spends, and what a spent budget holds back.
+"""GPU-hour budgets (behaviour.md#gpu-hour-budgets): calendar periods, what a placement spends, and what a spent budget
+holds back.
 
 A share's consumption in a period is the GPU-hours its jobs held on on-demand capacity during the period,
 from placement to the end of STOPPING (training plans excluded); with scope BORROWED only the part above the

@@ -1,11 +1,11 @@
 """The pass's working state: who holds what on each instance type, kept current as the pass decides.
 
 Built once from the snapshot. Every placement and release updates the per-type aggregates of invariants A
-and B (SPEC section 2) in O(1), so a fit check never sums over shares or jobs.
+and B (behaviour.md#capacity-what-a-share-may-hold) in O(1), so a fit check never sums over shares or jobs.
 
-Graceful stops (SPEC 3.4) give a type two states: *now*, where STOPPING jobs still hold their instances, and
-*once settled*, where every STOPPING job is gone and every nominated job holds its earmarked entry. A type
-with neither (`TypeLedger.settling` false) has one state, and everything reads as before. A STOPPING job is
+Graceful stops (behaviour.md#preemption) give a type two states: *now*, where STOPPING jobs still hold their
+instances, and *once settled*, where every STOPPING job is gone and every nominated job holds its earmarked entry.
+A type with neither (`TypeLedger.settling` false) has one state, and everything reads as before. A STOPPING job is
 either a standing nominee's own victim (`WorkingState.claimed`) or stops for nobody (`WorkingState.freeing`).
 """
 
@@ -160,7 +160,8 @@ class WorkingState:
             share.id: sum(share.limits.values()) for share in self.shares.values()
         }
         self.plan_in_use: dict[str, int] = {}
-        # Per plan, instances earmarked for jobs nominated on a plan entry (relocations, SPEC 3.6).
+        # Per plan, instances earmarked for jobs nominated on a plan entry (relocations,
+        # behaviour.md#moving-to-a-preferred-entry).
         self.plan_earmarked: dict[str, int] = {}
         self.plan_jobs: dict[str, list[Job]] = {}
         self.placements: dict[int, Placement] = {}
@@ -170,8 +171,8 @@ class WorkingState:
         # instances STOPPING jobs hold on it.
         self.stopping_jobs: dict[str, dict[int, Job]] = {}
         self.plan_stopping: dict[str, int] = {}
-        # STOPPING job -> the nominee whose victim it is (SPEC 3.4: a nominee waits only for its own victims);
-        # the others (cancelled, drained, stopped for a lowered limit, victims of no standing nominee) are
+        # STOPPING job -> the nominee whose victim it is (behaviour.md#preemption: a nominee waits only for its own
+        # victims); the others (cancelled, drained, stopped for a lowered limit, victims of no standing nominee) are
         # "freeing": per type, the instances each share's such jobs hold, worked out again after a change.
         self.claimed: dict[int, int] = {}
         self._freeing: dict[str, tuple[int, dict[int, int]]] = {}

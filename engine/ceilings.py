@@ -1,4 +1,5 @@
-"""What a quota share may hold, keep back and lend of one instance type (SPEC section 2), in one place.
+"""What a quota share may hold, keep back and lend of one instance type (behaviour.md#capacity-what-a-share-may-hold),
+in one place.
 
 The engine's fit checks, the replay's shortcuts and checks, the validation of submissions and the soak all
 ask these. Strategies are compared as strings, so the Django model's choices and plain strings work too.

@@ -1,4 +1,5 @@
-"""Preference evaluation without preemption (SPEC 3.3): does an entry fit the state as it is now?"""
+"""Preference evaluation without preemption (behaviour.md#preference-evaluation): does an entry fit the state as it is
+now?"""
 
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def on_demand_entry_fits(state: WorkingState, share_id: int, entry: Entry) -> bo
 
 
 def fits_once_freed(state: WorkingState, holding: Holding, count: int) -> bool:
-    """SPEC 3.4: the entry would fit (now and once settled) once the STOPPING jobs that are no nominee's
+    """behaviour.md#preemption: the entry would fit (now and once settled) once the STOPPING jobs that are no nominee's
     victims are gone. Such a job waits for them, RUNNABLE: room already on its way is never preempted for
     a second time, nor earmarked for anyone. False when no such job holds instances of the type."""
     instance_type = holding.instance_type

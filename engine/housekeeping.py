@@ -1,4 +1,5 @@
-"""Housekeeping (SPEC 3.1 and the LIMIT_REDUCED rule of section 2): what a pass settles before it places.
+"""Housekeeping (behaviour.md#housekeeping, and the capacity rules' LIMIT_REDUCED): what a pass settles before it
+places.
 
 A taken job stops gracefully here too (`preemption.stop`): it holds its capacity while STOPPING. The
 give-back counts STOPPING jobs as already gone: they leave whatever happens, so a pass that finds them still
@@ -123,7 +124,7 @@ class TypeGiveBack:
         if ledger.stopping:
             self.in_use_or_reserved = sum(max(h.usage - h.stopping, h.reserved) for h in holdings)
         # With every job stopped the sum is what RESERVE shares keep: no lower than that (more than capacity
-        # only in a configuration SPEC 2 rejects) can be reached.
+        # only in a configuration behaviour.md#capacity-what-a-share-may-hold rejects) can be reached.
         kept = sum(holding.reserved for holding in holdings)
         self.most_in_use_or_reserved = max(ledger.capacity, kept)
 
@@ -175,7 +176,8 @@ class PlanGiveBack:
 def limit_reduced_give_back(
     trial: TypeGiveBack | PlanGiveBack, candidates: Iterable[Job], invariants_hold: Callable[[], bool]
 ) -> list[Job]:
-    """SPEC 2: stop candidates in order until every invariant holds, then put back those not needed."""
+    """behaviour.md#capacity-what-a-share-may-hold: stop candidates in order until every invariant holds, then put back
+    those not needed."""
     taken: list[Job] = []
     for job in candidates:
         if invariants_hold():
@@ -203,7 +205,8 @@ def capacity_give_back_order(state: WorkingState, trial: TypeGiveBack) -> Iterat
 
 
 def restore_capacity_limits(state: WorkingState, decisions: Decisions) -> list[Job]:
-    """When a type holds more than invariants A and B allow, give back as SPEC 2 says (LIMIT_REDUCED).
+    """When a type holds more than invariants A and B allow, give back as behaviour.md#capacity-what-a-share-may-hold
+    says (LIMIT_REDUCED).
 
     This also restores the RESERVE guarantee when a RESERVE limit was raised or capacity lowered: borrowers
     inside what RESERVE shares keep are stopped whether or not a RESERVE job waits.
@@ -223,7 +226,8 @@ def restore_capacity_limits(state: WorkingState, decisions: Decisions) -> list[J
 
 
 def restore_plan_limits(state: WorkingState, decisions: Decisions) -> list[Job]:
-    """A plan holding more than its instance_count, or jobs before it starts, gives back as SPEC 2 says."""
+    """A plan holding more than its instance_count, or jobs before it starts, gives back as
+    behaviour.md#capacity-what-a-share-may-hold says."""
     stopped: list[Job] = []
     for name in sorted(state.plan_jobs):
         plan = state.plans.get(name)

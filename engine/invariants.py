@@ -1,4 +1,5 @@
-"""SPEC section 2, checked on plain data: which of its rules a queue's usage breaks, with the numbers.
+"""behaviour.md#capacity-what-a-share-may-hold, checked on plain data: which of its rules a queue's usage breaks, with
+the numbers.
 
 For every instance type T and training plan P:
 - A: sum over shares of usage(S,T) <= capacity(T);

@@ -1,4 +1,4 @@
-"""Order (SPEC 3.2): each share's queue, and which share's head the pass takes next."""
+"""Order (behaviour.md#order): each share's queue, and which share's head the pass takes next."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def head_key(job: Job, share_under_limit: bool, borrowed_share: Fraction = Fract
 
 
 def lendable_capacity_of_queue(state: WorkingState) -> dict[str, int]:
-    """Per type, what borrowers may ever use: capacity(T) minus what the shares reserve (SPEC 2)."""
+    """Per type, what borrowers may ever use: capacity(T) minus what the shares reserve
+    (behaviour.md#capacity-what-a-share-may-hold)."""
     lendable = {}
     for instance_type, ledger in state.ledgers.items():
         reserved = sum(holding.reserved for holding in state.holdings_of_type(instance_type))

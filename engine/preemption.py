@@ -1,4 +1,5 @@
-"""Preemption (SPEC 3.4): choose the fewest victims that make room for an on-demand entry, then stop them.
+"""Preemption (behaviour.md#preemption): choose the fewest victims that make room for an on-demand entry, then stop
+them.
 
 Victims are searched in the spec's steps, one function each:
 
@@ -11,7 +12,7 @@ Victims are searched in the spec's steps, one function each:
   first (as in Kueue's preemptor), round after round until none can be, so a large low-priority job is not
   evicted when a smaller one suffices.
 
-"Fits" is SPEC's "makes room": the environment has the room (invariant B) and the share ends within its own
+"Fits" is the rules' "makes room": the environment has the room (invariant B) and the share ends within its own
 limit or, for a set with no reclaim victim left, within what it may borrow (a share never reclaims in order to
 borrow). That rule is not monotone (putting back the last reclaim victim lets the share borrow again), which
 is why the put-back repeats until no victim can be returned.
@@ -60,7 +61,7 @@ class VictimSet:
     """The entry's instance type as it would be once the victims chosen so far are gone, read twice when the
     type is settling: *now* (every other STOPPING job still holding: its instances are nobody's to win) and
     *once settled* (every STOPPING job gone, every nominated job on its earmarked entry). A placement must
-    fit in both (SPEC 3.4); a type with no STOPPING job and no earmark has one state."""
+    fit in both (behaviour.md#preemption); a type with no STOPPING job and no earmark has one state."""
 
     __slots__ = (
         "state",
@@ -259,7 +260,8 @@ class VictimSet:
         return self._fits(within_share_ceiling)
 
     def makes_room(self) -> bool:
-        """SPEC 3.4: within the share's own limit, or, for a set with no reclaim victim, its borrow limit."""
+        """behaviour.md#preemption: within the share's own limit, or, for a set with no reclaim victim, its borrow
+        limit."""
         return self.fits_within_own_limit() if self.reclaimed else self.fits_within_borrow_limit()
 
     def _fits(self, share_rule: Callable[[Holding, int], bool]) -> bool:

@@ -1,5 +1,5 @@
-"""Why pending (SPEC 3.5): for each job left RUNNABLE, entry by entry, why it does not fit, read off the state
-at the end of the pass, in words a person can act on.
+"""Why pending (behaviour.md#why-pending-and-when-it-will-start): for each job left RUNNABLE, entry by entry, why it
+does not fit, read off the state at the end of the pass, in words a person can act on.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def share_disabled_reason(share_name: str) -> str:
 
 
 def budget_spent_reason(share: Share) -> str:
-    """SPEC 2.1: a share whose ALL budget is spent starts no new job until the period ends."""
+    """behaviour.md#gpu-hour-budgets: a share whose ALL budget is spent starts no new job until the period ends."""
     return f"share {share.name}: {budget_spent_words(share.budget)}"
 
 
@@ -104,7 +104,7 @@ class PendingReasons:
             if reason is None:
                 reason = known[key] = self.why_entry_does_not_fit(job, entry)
             if waiting_for_freeing and entry.training_plan is None:
-                # SPEC 3.4: no preemption for an entry after one that waits for instances being freed.
+                # behaviour.md#preemption: no preemption for an entry after one that waits for instances being freed.
                 reason = reason.replace(PREEMPTION_NEXT_PASS, NO_PREEMPTION_WHILE_FREEING)
             elif entry.training_plan is None and WAITS_FOR_FREEING in reason:
                 waiting_for_freeing = True

@@ -11,8 +11,8 @@ The answer is "refuses all" only when, for every instance type of the queue, one
 once settled, and preemption's cheap bound
 (`preemption.room_by_preemption_possible`) says no room can be made for it at the head's priority; and no plan
 the share may use has room for one instance. Every one of these only gets harder with more instances (entries
-ask for at least one, SPEC 1) and with a lower priority (fewer of the share's own jobs rank below it), and the
-share's queue runs from its highest priority down, so the jobs behind its head are refused exactly as they
+ask for at least one, behaviour.md#what-there-is) and with a lower priority (fewer of the share's own jobs rank below
+it), and the share's queue runs from its highest priority down, so the jobs behind its head are refused exactly as they
 would be one by one: same decisions, same reasons. What a check of one type read changes only with that type
 (`WorkingState.type_changed`), so a share is asked again only about the types a change touched.
 """

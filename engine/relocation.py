@@ -1,5 +1,5 @@
-"""Moving to a preferred entry (SPEC 3.6): after the heads are placed, a running job that opted in moves to an
-earlier entry of its list when that entry has room nobody waiting could use.
+"""Moving to a preferred entry (behaviour.md#moving-to-a-preferred-entry): after the heads are placed, a running job
+that opted in moves to an earlier entry of its list when that entry has room nobody waiting could use.
 
 A RUNNING job with `relocate` that runs on entry k of its list moves to the earliest entry j < k such that, on
 what the pass left free:

@@ -1,17 +1,17 @@
-"""The scheduling pass (SPEC section 3): housekeeping, order heads, nominate, preempt, place, explain.
+"""The scheduling pass (behaviour.md#the-scheduling-pass): housekeeping, order heads, nominate, preempt, place, explain.
 
 One call, one queue, one snapshot; nothing is read but the snapshot and nothing is written but the decisions.
 
-Graceful stops (SPEC 3.4): a preemptor whose own victims include a taken job, and whose entry does not fit
-until they are gone, is nominated for them alone; jobs nominated by earlier passes are settled first
+Graceful stops (behaviour.md#preemption): a preemptor whose own victims include a taken job, and whose entry does not
+fit until they are gone, is nominated for them alone; jobs nominated by earlier passes are settled first
 (`PassRun.place_nominated_first`), so while their victims stop their instances are earmarked and nobody
 preempts again on their behalf. A nominee that fits on free capacity is placed at once. Instances held by
 STOPPING jobs that are no nominee's victims are held for nobody: a job that would fit once they are gone
 waits for them, RUNNABLE (`fit.fits_once_freed`). See docs/engine-graceful-stops.md.
 
-Relocation (SPEC 3.6, `relocation.py`): after the heads are placed, running jobs that opted in may move to an
-earlier entry; a moved job is nominated there as a preemptor is, its entry earmarked (on a plan too) while it
-stops. See docs/relocation.md.
+Relocation (behaviour.md#moving-to-a-preferred-entry, `relocation.py`): after the heads are placed, running jobs that
+opted in may move to an earlier entry; a moved job is nominated there as a preemptor is, its entry earmarked (on a plan
+too) while it stops. See docs/relocation.md.
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ def schedule(snapshot: Snapshot, *, explain: bool = True) -> Decisions:
 
 
 def starts_jobs(share: Share) -> bool:
-    """A share places jobs while enabled and not held back by a spent budget of scope ALL (SPEC 2.1)."""
+    """A share places jobs while enabled and not held back by a spent budget of scope ALL
+    (behaviour.md#gpu-hour-budgets)."""
     return share.enabled and not stops_all_starts(share.budget)
 
 
@@ -170,7 +171,7 @@ class PassRun:
             state.earmark_entry(job.share_id, entry, entry.instance_count)
             state.claim(job.id, entry.instance_type, victims_still_stopping(state, job))
         placed: set[int] = set()
-        # The order of SPEC 3.2, FAIR_SHARE included, kept current as each nominated job is placed.
+        # The order of behaviour.md#order, FAIR_SHARE included, kept current as each nominated job is placed.
         heads = HeadOrder(share_queues(valid), state.share_under_limit, fair_share_of(state))
         while (job := heads.next_head()) is not None:
             if self.settle_nomination(job):
@@ -445,7 +446,8 @@ class PassRun:
 
 
 def pass_stats(decisions: Decisions, considered: set[int]) -> PassStats:
-    """The pass record of SPEC section 3, derived from the decisions so it cannot disagree with them."""
+    """The pass record of behaviour.md#the-scheduling-pass, derived from the decisions so it cannot disagree with
+    them."""
     stats = PassStats(
         jobs_considered=len(considered),
         plan_drains=len(decisions.drains),

@@ -1,4 +1,4 @@
-"""What submission refuses (SPEC 4): a preference entry that could never run, whatever else happens.
+"""What submission refuses (behaviour.md#a-jobs-life): a preference entry that could never run, whatever else happens.
 
 The live validation (`scheduling.rules.validate_preferences`) and the replay's
 (`simulator.config.entry_problem`) both ask these, then word the answer for their callers.
@@ -13,7 +13,8 @@ from datetime import datetime
 from .fit import plan_open_to_share
 from .types import Entry, Plan
 
-# SPEC 1: a job lists 1 to 5 preference entries, each (instance type, training plan) pair at most once.
+# behaviour.md#what-there-is: a job lists 1 to 5 preference entries, each (instance type, training plan) pair at most
+# once.
 MAX_PREFERENCES = 5
 
 

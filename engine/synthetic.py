@@ -1,7 +1,7 @@
 """A seeded, realistic snapshot of a busy queue, for benchmarks, the simulator and replay tests.
 
-The placed jobs obey SPEC section 2 (each was placed by the share rule and invariant B as the engine would),
-so the snapshot is one a real pass could have left behind.
+The placed jobs obey behaviour.md#capacity-what-a-share-may-hold (each was placed by the share rule and invariant B as
+the engine would), so the snapshot is one a real pass could have left behind.
 """
 
 from __future__ import annotations

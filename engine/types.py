@@ -64,7 +64,7 @@ class BudgetScope(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """A share's GPU-hour budget as it stands in the current period (SPEC 2.1, `budgets`).
+    """A share's GPU-hour budget as it stands in the current period (behaviour.md#gpu-hour-budgets, `budgets`).
 
     `used_gpu_hours` is what the share has spent in the period so far (scope BORROWED: on borrowing only);
     `resets_at` is the end of the period.
@@ -172,12 +172,13 @@ class Job:
     taken: bool = False
     stop_deadline: datetime | None = None
     nomination: Nomination | None = None
-    # SPEC 3.6: the job may be moved to an earlier entry of its list when one frees (see relocation.py).
+    # behaviour.md#moving-to-a-preferred-entry: the job may be moved to an earlier entry of its list when one frees (see
+    # relocation.py).
     relocate: bool = False
     name: str = ""
     team_id: int | None = None
-    # Its place in its share's queue (SPEC 3.2: higher priority first, then earlier submission, then lower id),
-    # worked out once: a pass sorts and compares it for every RUNNABLE job it is given.
+    # Its place in its share's queue (behaviour.md#order: higher priority first, then earlier submission, then lower
+    # id), worked out once: a pass sorts and compares it for every RUNNABLE job it is given.
     queue_key: tuple[int, datetime, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -275,7 +276,8 @@ class Nominate:
 
 @dataclass(frozen=True, slots=True)
 class Relocation:
-    """Move RUNNING `job_id` from its entry `from_entry_index` to the earlier `entry_index` (SPEC 3.6).
+    """Move RUNNING `job_id` from its entry `from_entry_index` to the earlier `entry_index`
+    (behaviour.md#moving-to-a-preferred-entry).
 
     `graceful`: the job was taken, so it goes STOPPING (outcome RUNNABLE, reason RELOCATING) and is nominated
     on `entry_index`, earmarked for it until it is placed; otherwise it stopped at once and an `Admission` of

@@ -1,4 +1,4 @@
-"""quotaportal's data model (SPEC section 1).
+"""quotaportal's data model (behaviour.md#what-there-is).
 
 Rules one row can hold are database constraints; rules that span rows (sum of share limits against the
 environment's capacity, preference lists) live in `scheduling.rules`, used by the admin, forms and API alike.
@@ -37,7 +37,7 @@ MIN_START_DEADLINE_SECONDS = 5
 MAX_START_DEADLINE_SECONDS = 86400
 
 
-# Choices are labelled with their codes, the SPEC's spelling: one way on the pages, in the admin and the API
+# Choices are labelled with their codes, the rules' spelling: one way on the pages, in the admin and the API
 # (Django's own labels would be title-cased guesses, "Lend And Borrow"). Event kinds are read as words instead.
 class State(models.TextChoices):
     ENABLED = "ENABLED", "ENABLED"
@@ -161,7 +161,7 @@ class ServiceEnvironment(models.Model):
 
 
 class Executor(models.Model):
-    """A program that runs an environment's jobs, as it names itself on the work endpoint (SPEC 4)."""
+    """A program that runs an environment's jobs, as it names itself on the work endpoint (behaviour.md#a-jobs-life)."""
 
     service_environment = models.ForeignKey(
         ServiceEnvironment, on_delete=models.CASCADE, related_name="executors"
@@ -482,8 +482,8 @@ FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 class Job(models.Model):
     name = models.CharField(max_length=128, validators=[name_validator])
     # The (x, status) indexes in Meta serve these foreign keys too: every index is work for each pass's writes.
-    # A job outlives its queue and share (SPEC 1: deleting them cancels it, and it stays readable): the link
-    # goes, the name stays (`*_name`, written at submission and on a rename). An unfinished job always has
+    # A job outlives its queue and share (behaviour.md#what-there-is: deleting them cancels it, and it stays readable):
+    # the link goes, the name stays (`*_name`, written at submission and on a rename). An unfinished job always has
     # both links (constraint below). Its team is for good: a team with jobs cannot be deleted.
     job_queue = models.ForeignKey(
         JobQueue, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs", db_index=False
@@ -541,7 +541,8 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
 
-    # The executor protocol (SPEC 4). `attempt` numbers placements from 1; a report names the one it is about.
+    # The executor protocol (behaviour.md#a-jobs-life). `attempt` numbers placements from 1; a report names the one it
+    # is about.
     attempt = models.PositiveIntegerField(default=0)
     taken_by = models.ForeignKey(
         "Executor", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
@@ -553,7 +554,7 @@ class Job(models.Model):
     stop_reason = models.TextField(blank=True, default="")
     nominated_entry = models.PositiveSmallIntegerField(null=True, blank=True)
     nominated_victims = models.JSONField(default=list, blank=True)
-    # Jobs on several executors (SPEC 4.1): when the last task was claimed and the roster handed out (None:
+    # Jobs on several executors (multi-host.md): when the last task was claimed and the roster handed out (None:
     # still gathering); how often the job was placed and not started in time; and the backoff that follows,
     # before which no pass places it again.
     roster_at = models.DateTimeField(null=True, blank=True)
@@ -647,7 +648,8 @@ class Job(models.Model):
 
     @property
     def estimated_start(self) -> dict | None:
-        """SPEC 3.5: {earliest, latest, basis} of a RUNNABLE job once an estimate run has reached it, else None."""
+        """behaviour.md#why-pending-and-when-it-will-start: {earliest, latest, basis} of a RUNNABLE job once an estimate
+        run has reached it, else None."""
         waiting = self.waiting
         if waiting is None or waiting.estimated_at is None:
             return None
@@ -673,8 +675,9 @@ class PendingState(models.Model):
     job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="pending")
     clauses = models.TextField()  # `PendingClause` ids in hexadecimal, space-separated, in reading order
     queue_position = models.PositiveIntegerField()
-    # SPEC 3.5, written off the pass's hot path by `scheduling.services.estimates` (null until the first
-    # estimate after the pass wrote the row; both times null with a basis saying why when it never starts).
+    # behaviour.md#why-pending-and-when-it-will-start, written off the pass's hot path by
+    # `scheduling.services.estimates` (null until the first estimate after the pass wrote the row; both times null with
+    # a basis saying why when it never starts).
     estimated_earliest = models.DateTimeField(null=True, blank=True)
     estimated_latest = models.DateTimeField(null=True, blank=True)
     estimate_basis = models.TextField(blank=True, default="")
@@ -861,7 +864,7 @@ LIVE_TASK_STATES = (TaskState.WAITING, TaskState.RUNNING)
 
 
 class JobTask(models.Model):
-    """One executor's claim of some of an attempt's instances (SPEC 4.1): its rank is its index, 0 first.
+    """One executor's claim of some of an attempt's instances (multi-host.md): its rank is its index, 0 first.
 
     A job taken whole through the task protocol has one task; a job taken by an executor that does not ask for
     tasks has none (`Job.taken_by` holds it). Each task holds its own lease; `Job.lease_expires_at` is the

@@ -2,7 +2,7 @@
 
 One pass covers one queue, in one transaction, serialized per queue by the queue's row lock
 (`scheduling.services.locks.queue_lock`), which `queue_pass_run` takes first and holds to the commit
-(SPEC 3). `pass_execute` is the part under the lock: it expects its caller to hold it.
+(behaviour.md#the-scheduling-pass). `pass_execute` is the part under the lock: it expects its caller to hold it.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class PassOutcome:
 
 
 def queue_pass_run(*, job_queue_id: int, trigger: str = "beat") -> PassResult:
-    """One scheduling pass over one queue, in one transaction, serialized per queue by its row lock (SPEC 3).
+    """One scheduling pass over one queue, in one transaction, serialized per queue by its row lock
+    (behaviour.md#the-scheduling-pass).
 
     Takes the queue lock itself: the caller holds no lock (and no transaction that has written anything).
     """

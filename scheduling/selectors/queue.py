@@ -22,7 +22,7 @@ class QueueSnapshot:
 
 
 def queue_snapshot(*, job_queue: JobQueue, now: datetime, job_limit: int = 100) -> QueueSnapshot:
-    """The queue's usage, and its RUNNABLE jobs in the order the engine takes heads (SPEC 3.2).
+    """The queue's usage, and its RUNNABLE jobs in the order the engine takes heads (behaviour.md#order).
 
     The order comes from the engine itself, on the snapshot a pass loads: heads of shares under their limit
     before heads of shares at or over it, then priority, submission time and id (`engine.order.head_order`).

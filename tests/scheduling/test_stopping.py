@@ -1,4 +1,5 @@
-"""Graceful stops (SPEC 3.4, 4): STOPPING holds capacity until STOPPED or the deadline; leases; nominations.
+"""Graceful stops (behaviour.md#preemption, 4): STOPPING holds capacity until STOPPED or the deadline; leases;
+nominations.
 
 Until the engine marks taken victims graceful, the write side is driven here with hand-built Decisions, as
 the engine will hand them over; the one end-to-end test that needs the engine says so.

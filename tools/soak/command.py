@@ -1,4 +1,5 @@
-"""Soak quotaportal end to end on PostgreSQL and Redis, and check SPEC section 2 the whole time.
+"""Soak quotaportal end to end on PostgreSQL and Redis, and check behaviour.md#capacity-what-a-share-may-hold the whole
+time.
 
 `python -m tools.soak --seconds 120 --clients 8 --workers 3` sets up its own `soak-` queues, shares, teams,
 users and tokens, starts gunicorn on a free loopback port, `--workers` Celery workers (one process each,
