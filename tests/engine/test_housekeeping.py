@@ -275,6 +275,22 @@ def test_a_drained_job_does_not_time_out_in_the_pass_that_drains_it():
     assert admitted(decisions) == {101: (P4, 4, None)}
 
 
+def waited_job(waited: int, max_pending: int | None, since_submission: bool):
+    """A RUNNABLE job that became runnable two days before NOW (counted from its submission, or from a later
+    return to RUNNABLE), and the moment `waited` microseconds after that."""
+    nlp = share(1, "nlp", LEND, limits={P5: 8})
+    became_runnable = NOW - timedelta(days=2)
+    job = runnable(
+        101,
+        nlp,
+        entry(P5, 1),
+        max_pending_seconds=max_pending,
+        submitted_at=became_runnable if since_submission else became_runnable - timedelta(hours=5),
+        runnable_since=None if since_submission else became_runnable,
+    )
+    return job, became_runnable + timedelta(microseconds=waited)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     waited=st.integers(min_value=0, max_value=4 * 86_400_000_000),
@@ -286,17 +302,7 @@ def test_a_drained_job_does_not_time_out_in_the_pass_that_drains_it():
 def test_pending_too_long_after_is_the_moment_pending_too_long_starts_to_hold(
     waited, max_pending, since_submission
 ):
-    nlp = share(1, "nlp", LEND, limits={P5: 8})
-    became_runnable = NOW - timedelta(days=2)
-    job = runnable(
-        101,
-        nlp,
-        entry(P5, 1),
-        max_pending_seconds=max_pending,
-        submitted_at=became_runnable if since_submission else became_runnable - timedelta(hours=5),
-        runnable_since=None if since_submission else became_runnable,
-    )
-    now = became_runnable + timedelta(microseconds=waited)
+    job, now = waited_job(waited, max_pending, since_submission)
 
     after = pending_too_long_after(job)
 
@@ -318,21 +324,11 @@ def test_pending_too_long_after_is_the_moment_pending_too_long_starts_to_hold(
 def test_pending_too_long_before_is_the_start_before_which_a_job_is_pending_too_long(
     waited, max_pending, since_submission
 ):
-    nlp = share(1, "nlp", LEND, limits={P5: 8})
-    became_runnable = NOW - timedelta(days=2)
-    job = runnable(
-        101,
-        nlp,
-        entry(P5, 1),
-        max_pending_seconds=max_pending,
-        submitted_at=became_runnable if since_submission else became_runnable - timedelta(hours=5),
-        runnable_since=None if since_submission else became_runnable,
-    )
-    now = became_runnable + timedelta(microseconds=waited)
+    job, now = waited_job(waited, max_pending, since_submission)
 
     moment = pending_too_long_before(now, max_pending)
 
     if moment is None:
         assert abs(max_pending) > 10**10
     else:
-        assert pending_too_long(job, now) == (became_runnable < moment)
+        assert pending_too_long(job, now) == (NOW - timedelta(days=2) < moment)  # it became runnable then
