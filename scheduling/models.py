@@ -726,12 +726,17 @@ def pending_words(clause_lists: list[str]) -> list[str]:
     known = _clause_words
     ids = [[int(part, 16) for part in clauses.split()] for clauses in clause_lists]
     missing = {clause_id for found in ids for clause_id in found if clause_id not in known}
-    if missing:
-        if len(known) + len(missing) > _CLAUSE_WORDS_KEPT:
+    # What this call read is used from its own dict: another thread may empty the shared one meanwhile.
+    fetched = dict(PendingClause.objects.filter(pk__in=missing).values_list("id", "text")) if missing else {}
+    if fetched:
+        if len(known) + len(fetched) > _CLAUSE_WORDS_KEPT:
             known.clear()
-        known.update(PendingClause.objects.filter(pk__in=missing).values_list("id", "text"))
+        known.update(fetched)
     # A clause removed between the read of its row and this one (two passes later) reads as nothing.
-    return [CLAUSE_SEPARATOR.join(known.get(clause_id, "") for clause_id in found) for found in ids]
+    return [
+        CLAUSE_SEPARATOR.join(fetched.get(clause_id) or known.get(clause_id, "") for clause_id in found)
+        for found in ids
+    ]
 
 
 def pending_words_load(jobs) -> None:
