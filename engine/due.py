@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from .housekeeping import pending_too_long_after
 from .types import Decisions, JobStatus, Snapshot
 
 # A job times out once it has waited longer than its max_pending_seconds (`housekeeping.pending_too_long`):
@@ -54,7 +55,7 @@ def _pending_timeouts(snapshot: Snapshot, decisions: Decisions) -> list[datetime
     """For each job the pass left waiting with a max_pending_seconds, the moment a pass would fail it."""
     waiting = {pending.job_id for pending in decisions.pending}
     return [
-        (job.runnable_since or job.submitted_at) + timedelta(seconds=job.max_pending_seconds) + _AFTER
+        pending_too_long_after(job) + _AFTER
         for job in snapshot.jobs
         if job.id in waiting and job.status == JobStatus.RUNNABLE and job.max_pending_seconds is not None
     ]

@@ -50,9 +50,14 @@ def drain_expiring_plans(state: WorkingState, decisions: Decisions) -> list[Job]
     return drained
 
 
+def pending_since(job: Job) -> datetime:
+    """When a job last became RUNNABLE (submission, preemption, retry or plan drain)."""
+    return job.runnable_since or job.submitted_at
+
+
 def pending_for(job: Job, now: datetime) -> timedelta:
-    """A job has been pending since it last became RUNNABLE (submission, preemption, retry or plan drain)."""
-    return now - (job.runnable_since or job.submitted_at)
+    """How long a job has been pending (since it last became RUNNABLE)."""
+    return now - pending_since(job)
 
 
 def pending_too_long(job: Job, now: datetime) -> bool:
@@ -67,7 +72,7 @@ def pending_too_long_after(job: Job) -> datetime | None:
     and again about the same jobs."""
     if job.max_pending_seconds is None:
         return None
-    return (job.runnable_since or job.submitted_at) + timedelta(seconds=job.max_pending_seconds)
+    return pending_since(job) + timedelta(seconds=job.max_pending_seconds)
 
 
 def pending_too_long_before(now: datetime, max_pending_seconds: int) -> datetime | None:
@@ -92,11 +97,7 @@ def time_out_pending_jobs(state: WorkingState, decisions: Decisions) -> set[int]
             moment = before[seconds]
         else:
             moment = before[seconds] = pending_too_long_before(state.now, seconds)
-        if (
-            (job.runnable_since or job.submitted_at) < moment
-            if moment is not None
-            else pending_too_long(job, state.now)
-        ):
+        if pending_since(job) < moment if moment is not None else pending_too_long(job, state.now):
             waited = int(pending_for(job, state.now).total_seconds())
             decisions.timeouts.append(
                 Timeout(
