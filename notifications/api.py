@@ -108,13 +108,12 @@ class NotificationSubscriptionViewSet(
 
     def perform_update(self, serializer):
         # PATCH names some fields: the others stay as they are.
-        current = SubscriptionSerializer(serializer.instance).data
-        data = {name: current[name] for name in services.SubscriptionInput.__dataclass_fields__}
-        data["team"] = serializer.instance.team
+        subscription = serializer.instance
+        data = {name: getattr(subscription, name) for name in services.SubscriptionInput.__dataclass_fields__}
         data.update(serializer.validated_data)
         serializer.instance = services.subscription_update(
             user=self.request.user,
-            subscription_id=serializer.instance.pk,
+            subscription_id=subscription.pk,
             data=services.SubscriptionInput(**data),
         )
 

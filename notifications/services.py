@@ -116,17 +116,20 @@ def subscription_create(*, owner: AbstractBaseUser, data: SubscriptionInput) -> 
     errors = subscription_errors(owner=owner, data=data)
     if errors:
         raise ValidationError(errors)
-    return Subscription.objects.create(
-        owner=owner,
-        team=data.team,
-        name=data.name.strip(),
-        channel=data.channel,
-        target=data.target.strip(),
-        secret=secrets.token_hex(32),
-        triggers=sorted(set(data.triggers)),
-        only_my_jobs=data.only_my_jobs,
-        after_minutes=data.after_minutes,
-    )
+    return Subscription.objects.create(owner=owner, secret=secrets.token_hex(32), **_stored(data))
+
+
+def _stored(data: SubscriptionInput) -> dict:
+    """A subscription's columns as the input sets them (the owner and the secret aside)."""
+    return {
+        "team": data.team,
+        "name": data.name.strip(),
+        "channel": data.channel,
+        "target": data.target.strip(),
+        "triggers": sorted(set(data.triggers)),
+        "only_my_jobs": data.only_my_jobs,
+        "after_minutes": data.after_minutes,
+    }
 
 
 def _own(*, user: AbstractBaseUser, subscription_id: int) -> Subscription:
@@ -146,16 +149,10 @@ def subscription_update(
     errors = subscription_errors(owner=subscription.owner, data=data)
     if errors:
         raise ValidationError(errors)
-    subscription.team = data.team
-    subscription.name = data.name.strip()
-    subscription.channel = data.channel
-    subscription.target = data.target.strip()
-    subscription.triggers = sorted(set(data.triggers))
-    subscription.only_my_jobs = data.only_my_jobs
-    subscription.after_minutes = data.after_minutes
-    subscription.save(
-        update_fields=["team", "name", "channel", "target", "triggers", "only_my_jobs", "after_minutes"]
-    )
+    fields = _stored(data)
+    for name, value in fields.items():
+        setattr(subscription, name, value)
+    subscription.save(update_fields=list(fields))
     return subscription
 
 
