@@ -33,6 +33,26 @@ from tools.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (the project is
 STEP = timedelta(seconds=30)
 
 
+def demo_subscription():
+    """A webhook subscription of the signed-in admin, for its page and its Change form."""
+    from django.contrib.auth import get_user_model
+
+    from notifications.models import Subscription, Trigger
+    from notifications.services import SubscriptionInput, subscription_create
+
+    admin = get_user_model().objects.get(username="admin")
+    found = Subscription.objects.filter(owner=admin).first()
+    return found or subscription_create(
+        owner=admin,
+        data=SubscriptionInput(
+            name="on-call pager",
+            channel="WEBHOOK",
+            target="https://hooks.example.org/quotaportal",
+            triggers=[Trigger.JOB_FAILED, Trigger.JOB_EXECUTOR_LOST, Trigger.EXECUTOR_SILENT],
+        ),
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -325,6 +345,10 @@ def photograph(
                 "teams": "/teams/",
                 "notifications": "/notifications/",
             }
+            if wanted("subscription") or wanted("subscription-edit"):
+                subscription = demo_subscription()
+                extra["subscription"] = f"/notifications/{subscription.pk}/"
+                extra["subscription-edit"] = f"/notifications/{subscription.pk}/edit/"
             for name, path in extra.items():
                 if not wanted(name):
                     continue

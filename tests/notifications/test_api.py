@@ -102,6 +102,9 @@ def test_the_list_reads_in_a_few_queries(world, api, django_assert_max_num_queri
         client.post(URL, {**BODY, "name": f"p{n}"}, format="json")
     with django_assert_max_num_queries(4):
         assert len(client.get(URL).json()["results"]) == 6
+    first = Subscription.objects.order_by("name").first().pk
+    with django_assert_max_num_queries(8):
+        assert client.patch(f"{URL}{first}/", {"name": "renamed"}, format="json").status_code == 200
 
 
 def test_a_subscription_is_changed_whole_or_in_part_by_its_owner_only(world, api):

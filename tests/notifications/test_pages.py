@@ -119,8 +119,14 @@ def test_the_page_reads_in_a_few_queries(world, signed_in, django_assert_max_num
         client.post(reverse("notifications"), form(name=f"pager-{n}"))
     with django_assert_max_num_queries(8):
         assert client.get(reverse("notifications")).status_code == 200
+    first = Subscription.objects.first().pk
     with django_assert_max_num_queries(8):
-        client.get(reverse("notification_subscription", args=[Subscription.objects.first().pk]))
+        client.get(reverse("notification_subscription", args=[first]))
+    with django_assert_max_num_queries(8):
+        assert client.get(reverse("notification_edit", args=[first])).status_code == 200
+    with django_assert_max_num_queries(12):
+        response = client.post(reverse("notification_edit", args=[first]), form(name="renamed"))
+    assert response.status_code == 302
 
 
 def test_staff_read_subscriptions_and_deliveries_in_the_admin_without_the_secret(world, signed_in):
