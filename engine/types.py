@@ -185,6 +185,74 @@ class Job:
         object.__setattr__(self, "queue_key", (-self.priority, self.submitted_at, self.id))
 
 
+# A frozen dataclass sets each field through `object.__setattr__`, about 2.2 us for a Job's 18; setting the
+# slots through their descriptors takes half that. A snapshot loader builds a Job per unfinished job (120,000 on
+# a large queue), so it uses `job_loaded`: the same Job, every field given (tests/engine/test_types.py checks it
+# against the constructor, field by field and by equality).
+_new_object = object.__new__
+_set_id = Job.id.__set__  # type: ignore[attr-defined]
+_set_share_id = Job.share_id.__set__  # type: ignore[attr-defined]
+_set_priority = Job.priority.__set__  # type: ignore[attr-defined]
+_set_submitted_at = Job.submitted_at.__set__  # type: ignore[attr-defined]
+_set_entries = Job.entries.__set__  # type: ignore[attr-defined]
+_set_status = Job.status.__set__  # type: ignore[attr-defined]
+_set_placement = Job.placement.__set__  # type: ignore[attr-defined]
+_set_runnable_since = Job.runnable_since.__set__  # type: ignore[attr-defined]
+_set_max_pending_seconds = Job.max_pending_seconds.__set__  # type: ignore[attr-defined]
+_set_preemption_count = Job.preemption_count.__set__  # type: ignore[attr-defined]
+_set_retries = Job.preemption_retries_before_termination.__set__  # type: ignore[attr-defined]
+_set_taken = Job.taken.__set__  # type: ignore[attr-defined]
+_set_stop_deadline = Job.stop_deadline.__set__  # type: ignore[attr-defined]
+_set_nomination = Job.nomination.__set__  # type: ignore[attr-defined]
+_set_relocate = Job.relocate.__set__  # type: ignore[attr-defined]
+_set_name = Job.name.__set__  # type: ignore[attr-defined]
+_set_team_id = Job.team_id.__set__  # type: ignore[attr-defined]
+_set_queue_key = Job.queue_key.__set__  # type: ignore[attr-defined]
+
+
+def job_loaded(
+    *,
+    id: int,  # noqa: A002 (the field's name)
+    share_id: int,
+    priority: int,
+    submitted_at: datetime,
+    entries: tuple[Entry, ...],
+    status: JobStatus,
+    placement: Placement | None,
+    runnable_since: datetime | None,
+    max_pending_seconds: int | None,
+    preemption_count: int,
+    preemption_retries_before_termination: int | None,
+    taken: bool,
+    stop_deadline: datetime | None,
+    nomination: Nomination | None,
+    relocate: bool,
+    name: str,
+    team_id: int | None,
+) -> Job:
+    """`Job(...)` with every field given, built in half the time (see above)."""
+    job = _new_object(Job)
+    _set_id(job, id)
+    _set_share_id(job, share_id)
+    _set_priority(job, priority)
+    _set_submitted_at(job, submitted_at)
+    _set_entries(job, entries)
+    _set_status(job, status)
+    _set_placement(job, placement)
+    _set_runnable_since(job, runnable_since)
+    _set_max_pending_seconds(job, max_pending_seconds)
+    _set_preemption_count(job, preemption_count)
+    _set_retries(job, preemption_retries_before_termination)
+    _set_taken(job, taken)
+    _set_stop_deadline(job, stop_deadline)
+    _set_nomination(job, nomination)
+    _set_relocate(job, relocate)
+    _set_name(job, name)
+    _set_team_id(job, team_id)
+    _set_queue_key(job, (-priority, submitted_at, id))
+    return job
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one pass over one queue may look at. Same snapshot in, same decisions out."""

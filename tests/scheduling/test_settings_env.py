@@ -172,3 +172,14 @@ def test_two_deployments_on_one_redis_name_their_own_queue_and_key_prefix(tmp_pa
     env |= {"CELERY_QUEUE": "soak-1", "CACHE_KEY_PREFIX": "soak-1"}
     own = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert own.stdout.split() == ["soak-1", "soak-1"], own.stderr
+
+
+@pytest.mark.django_db
+def test_a_sqlite_connection_has_the_larger_page_cache():
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the page cache is set on SQLite connections only; this run's database is not SQLite")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA cache_size")
+        assert cursor.fetchone()[0] == -65536  # KiB, as settings.py sets it
