@@ -51,34 +51,6 @@ def taken_by_executors(snap: Snapshot, seed: int) -> Snapshot:
     return replace(snap, jobs=jobs)
 
 
-@pytest.mark.parametrize("seed", [1, 7, 19])
-@pytest.mark.parametrize("shares,types", [(20, 5), (12, 8), (6, 2)])
-@pytest.mark.parametrize("graceful", [False, True])
-def test_synthetic_queues_get_the_same_decisions_and_the_shortcut_decides(
-    seed, shares, types, graceful, monkeypatch
-):
-    snap = build_synthetic_snapshot(runnable=1500, placed=300, shares=shares, types=types, seed=seed)
-    if graceful:
-        snap = taken_by_executors(snap, seed)
-    fast, slow, decided = both_ways(snap, monkeypatch)
-    assert fast == slow
-    assert fast.preemptions
-    assert decided > 0
-
-
-@settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(queue=contended_types(), rng=st.randoms(use_true_random=True), graceful=st.booleans())
-def test_contended_passes_get_the_same_victims(queue: Snapshot, rng: random.Random, graceful: bool):
-    running = placed_jobs(rng, replace(queue, capacity={"t0": queue.capacity["t0"]}), rng.randint(6, 20))
-    if graceful:
-        running = [replace(job, taken=rng.random() < 0.7) for job in running]
-    waiting = waiting_on_t0(rng, queue, most_jobs=4, most_entries=3)
-    before = replace(queue, jobs=tuple(running + waiting))
-    with pytest.MonkeyPatch.context() as patch:
-        fast, slow, _ = both_ways(before, patch)
-    assert fast == slow
-
-
 original_prefix = preemption.VictimSet.own_prefix
 
 
@@ -115,29 +87,39 @@ def with_and_without_the_shortcuts(
     return fast, slow, read
 
 
+# Each shortcut and how to decide with it and without it: the decisions with it, without it, and how often it
+# was taken.
+SHORTCUTS = {
+    "a share's run of victims at once": both_ways,
+    "the searches' turns and sums": with_and_without_the_shortcuts,
+}
+
+
+@pytest.mark.parametrize("decide", SHORTCUTS.values(), ids=SHORTCUTS)
 @pytest.mark.parametrize("seed", [1, 7, 19])
 @pytest.mark.parametrize("shares,types", [(20, 5), (12, 8), (6, 2)])
 @pytest.mark.parametrize("graceful", [False, True])
-def test_the_searches_shortcuts_leave_the_decisions_as_they_were(seed, shares, types, graceful, monkeypatch):
+def test_synthetic_queues_get_the_same_decisions_and_the_shortcut_is_taken(
+    decide, seed, shares, types, graceful, monkeypatch
+):
     snap = build_synthetic_snapshot(runnable=1500, placed=300, shares=shares, types=types, seed=seed)
     if graceful:
         snap = taken_by_executors(snap, seed)
-    fast, slow, read = with_and_without_the_shortcuts(snap, monkeypatch)
+    fast, slow, taken = decide(snap, monkeypatch)
     assert fast == slow
     assert fast.preemptions
-    assert read > 0
+    assert taken > 0
 
 
+@pytest.mark.parametrize("decide", SHORTCUTS.values(), ids=SHORTCUTS)
 @settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(queue=contended_types(), rng=st.randoms(use_true_random=True), graceful=st.booleans())
-def test_contended_passes_get_the_same_victims_without_the_searches_shortcuts(
-    queue: Snapshot, rng: random.Random, graceful: bool
-):
+def test_contended_passes_get_the_same_victims(decide, queue: Snapshot, rng: random.Random, graceful: bool):
     running = placed_jobs(rng, replace(queue, capacity={"t0": queue.capacity["t0"]}), rng.randint(6, 20))
     if graceful:
         running = [replace(job, taken=rng.random() < 0.7) for job in running]
     waiting = waiting_on_t0(rng, queue, most_jobs=4, most_entries=3)
     before = replace(queue, jobs=tuple(running + waiting))
     with pytest.MonkeyPatch.context() as patch:
-        fast, slow, _ = with_and_without_the_shortcuts(before, patch)
+        fast, slow, _ = decide(before, patch)
     assert fast == slow
