@@ -714,6 +714,7 @@ class WorkStartSerializer(serializers.Serializer):
     )
     stop_grace_seconds = serializers.IntegerField(help_text="how long a stop may take, SIGTERM to SIGKILL")
     lease_seconds = serializers.IntegerField(help_text="report at least this often, or the job is lost")
+    gpus_per_instance = serializers.IntegerField(help_text="the instance type's gpu_count")
 
 
 class WorkStopSerializer(serializers.Serializer):
@@ -750,7 +751,6 @@ class GangStartSerializer(WorkStartSerializer):
 
     task = serializers.IntegerField(help_text="the task's rank; name it in every report (`task`)")
     task_instances = serializers.IntegerField(help_text="instances of the job this task holds")
-    gpus_per_instance = serializers.IntegerField(help_text="the instance type's gpu_count")
     start_deadline = serializers.DateTimeField(help_text="all tasks must run by then, or the job is put back")
     roster = RosterSerializer(allow_null=True, help_text="null while other instances are still unclaimed")
 

@@ -707,6 +707,8 @@ def executor_work_take(
                 "payload": row["payload"],
                 "stop_grace_seconds": environment.stop_grace_seconds,
                 "lease_seconds": environment.lease_seconds,
+                # What each instance holds: an executor maps a job's instances to its GPUs with it.
+                "gpus_per_instance": row["selected_instance_type__gpu_count"],
             }
             for row in Job.objects.filter(pk__in=taken)
             .order_by("scheduled_at", "id")
@@ -715,6 +717,7 @@ def executor_work_take(
                 "name",
                 "attempt",
                 "selected_instance_type__name",
+                "selected_instance_type__gpu_count",
                 "selected_instance_count",
                 "selected_training_plan__name",
                 "payload",

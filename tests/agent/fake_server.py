@@ -41,6 +41,7 @@ class FakeJob:
     instance_type: str
     instance_count: int
     stop_grace_seconds: float
+    gpus_per_instance: int | None = None  # None: the entry leaves it out, as servers before it did
     attempt: int = 1
     status: str = "SCHEDULED"
     claimed: int = 0  # how many times a start of the current attempt was handed out
@@ -96,11 +97,25 @@ class FakeServer:
 
     # -- what a test does on the server's side ------------------------------------------------------
 
-    def add_job(self, payload: Any, *, instance_count: int = 1, grace: float = 2.0, name: str = "") -> int:
+    def add_job(
+        self,
+        payload: Any,
+        *,
+        instance_count: int = 1,
+        grace: float = 2.0,
+        name: str = "",
+        gpus_per_instance: int | None = None,
+    ) -> int:
         with self.changed:
             job_id = 100 + len(self.jobs)
             self.jobs[job_id] = FakeJob(
-                job_id, name or f"job-{job_id}", payload, INSTANCE_TYPE, instance_count, grace
+                job_id,
+                name or f"job-{job_id}",
+                payload,
+                INSTANCE_TYPE,
+                instance_count,
+                grace,
+                gpus_per_instance,
             )
             self.changed.notify_all()
         return job_id
@@ -184,6 +199,7 @@ class FakeServer:
                         "payload": job.payload,
                         "stop_grace_seconds": job.stop_grace_seconds,
                     }
+                    | ({} if job.gpus_per_instance is None else {"gpus_per_instance": job.gpus_per_instance})
                     for job in start
                 ],
                 "stop": [

@@ -83,6 +83,26 @@ def test_a_job_runs_to_succeeded_with_its_environment(server, start_agent, tmp_p
     }
 
 
+def test_a_whole_job_sees_every_gpu_of_its_instances_as_the_server_counts_them(server, start_agent, tmp_path):
+    out = tmp_path / "gpus.txt"
+    job = server.add_job(
+        {
+            "command": python("""
+                import os
+                with open(os.environ["OUT"], "w") as f:
+                    f.write(os.environ["CUDA_VISIBLE_DEVICES"])
+            """),
+            "env": {"OUT": str(out)},
+        },
+        instance_count=2,
+        gpus_per_instance=4,
+    )
+    start_agent()
+
+    assert server.wait_final(job).body["status"] == "SUCCEEDED"
+    assert out.read_text() == "0,1,2,3,4,5,6,7"  # slots 0 and 1, four GPUs each
+
+
 def test_a_failing_job_reports_its_exit_code_and_the_tail_of_its_output(server, start_agent):
     job = server.add_job(
         {

@@ -49,7 +49,9 @@ def test_work_gives_a_scheduled_job_to_one_executor_with_what_it_needs_to_run_it
         "payload": {"command": ["python", "train.py"]},
         "stop_grace_seconds": 120,
         "lease_seconds": 300,
+        "gpus_per_instance": running.selected_instance_type.gpu_count,  # 8: the executor's GPUs per slot
     }
+    assert start["gpus_per_instance"] == 8
     running.refresh_from_db()
     assert running.taken_at is not None and running.lease_expires_at > timezone.now()
     record = Executor.objects.get(name="host-a")

@@ -314,7 +314,9 @@ def test_an_agent_that_takes_only_whole_jobs_still_runs_them_and_a_freed_slot_is
     lines = fleet.tmp / "e2e.log"
     whole = submit_plain(fleet, lines, 1, count=2)
     fleet.wait_status(whole, JobStatus.SUCCEEDED)
-    assert "devices=0,1 " in next(line for line in lines.read_text().splitlines() if " start " in line)
+    # Its two instances' GPUs, 8 each (the instance type's gpu_count, which the start entry carries).
+    devices = ",".join(map(str, range(16)))
+    assert f"devices={devices} " in next(line for line in lines.read_text().splitlines() if " start " in line)
     assert not JobTask.objects.filter(job_id=whole).exists()  # taken whole, as before tasks
     old = Executor.objects.get(name="gang-old")
     assert old.jobs_taken == 1 and not old.gang_capable
