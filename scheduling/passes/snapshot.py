@@ -283,7 +283,7 @@ def values_rows(queryset: QuerySet) -> list[tuple]:
     """The rows of a `values_list` queryset, as it would give them, converted column by column.
 
     Django converts each value of each row through the column's converters. A pass reads every unfinished
-    job's 30 columns, and on SQLite, which keeps datetimes as text, that is seven parses per job, through
+    job's 36 columns, and on SQLite, which keeps datetimes as text, that is up to nine parses per job, through
     settings lookups and checks per value: most of the snapshot's time over the read itself. Here each
     column's converters run once per distinct value (most NULLs, many jobs share a moment), and SQLite's
     datetimes are parsed directly.
