@@ -80,6 +80,10 @@ class Agent:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.shutdown = threading.Event()  # stop taking work
         self.halt = threading.Event()  # stop delivering reports (after the shutdown flush)
+        # Set while the report at the head of the outbox waits for the server (down, or answering 5xx): a
+        # shutdown then keeps the outbox for the next start instead of waiting for a server that may be going
+        # down with the agent (`make run` stops both at once, and kills what still runs 5 s later).
+        self.reports_wait = threading.Event()
         self.outbox_changed = threading.Event()
         self.processes: dict[str, subprocess.Popen] = {}  # our own children; adopted jobs are watched by pid
         self.last_report: dict[str, float] = {}
@@ -126,7 +130,11 @@ class Agent:
             self.fail_untaken(held.entry, "the agent shut down before slots were free")
         self.held.clear()
         flush_until = time.monotonic() + self.config.shutdown_flush_seconds
-        while self.state.head() is not None and time.monotonic() < flush_until:
+        while (
+            self.state.head() is not None
+            and time.monotonic() < flush_until
+            and not self.reports_wait.is_set()
+        ):
             time.sleep(0.05)
         self.halt.set()
         reporter.join(timeout=self.config.max_backoff_seconds + 15)
@@ -271,8 +279,10 @@ class Agent:
                 outcome = ReportOutcome(Delivery.RETRY, repr(error))
             if outcome.delivery is Delivery.RETRY:
                 log.warning("report on job %s waits for the server: %s", report.job_id, outcome.detail)
+                self.reports_wait.set()
                 backoff.wait(self.halt)
                 continue
+            self.reports_wait.clear()
             backoff.reset()
             self.state.delivered(report)
             if outcome.delivery is not Delivery.DELIVERED:

@@ -193,6 +193,28 @@ def test_a_job_that_ignores_sigterm_is_killed_at_the_deadline(server, start_agen
     assert "SIGKILL" in final.body["reason"] and final.at >= deadline
 
 
+def test_a_shutdown_while_the_server_is_down_keeps_the_reports_instead_of_waiting(
+    server, start_agent, tmp_path
+):
+    out, go = tmp_path / "runs", tmp_path / "go"
+    job = server.add_job({"command": python(WAIT_FOR_GO), "env": {"OUT": str(out), "GO": str(go)}})
+    running = start_agent(shutdown_flush_seconds=30.0)
+    wait_until(lambda: "RUNNING" in server.accepted(job), what="RUNNING")
+    server.go_down()  # as under `make run`, whose Ctrl-C stops the web server with the agent
+    go.touch()
+    wait_until(
+        lambda: running.agent.reports_wait.is_set(), what="the SUCCEEDED report to wait for the server"
+    )
+
+    started = time.monotonic()
+    running.stop()
+
+    # Not the 30 s flush: the report stays in the state file, delivered by the next start.
+    assert time.monotonic() - started < 5
+    saved = json.loads((tmp_path / "work" / "state.json").read_text())
+    assert [(r["job_id"], r["body"]["status"]) for r in saved["outbox"]][-1] == (job, "SUCCEEDED")
+
+
 def test_a_stale_attempt_is_refused_and_its_process_stopped(server, start_agent, tmp_path):
     out = tmp_path / "times"
     job = server.add_job(
