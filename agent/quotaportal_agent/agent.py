@@ -154,6 +154,9 @@ class Agent:
         """SIGTERM every job's process group, and SIGKILL the groups still there after exit_grace_seconds."""
         running = [job for job in self.state.jobs.values() if job.pid is not None]
         for job in running:
+            job.interrupted = job.interrupted or not job.stopping
+        self.state.save()  # before the signal: a process that ends after the agent is reported so on restart
+        for job in running:
             runner.signal_group(job.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.config.exit_grace_seconds
         while time.monotonic() < deadline and any(runner.is_alive(j.pid, j.pid_started) for j in running):
@@ -626,6 +629,8 @@ class Agent:
             status, reason = "STOPPED", f"{job.stop_reason}; {outcome}"
             if job.killed:
                 reason += " after SIGKILL at the deadline"
+        elif job.interrupted:
+            status, reason = "FAILED", f"stopped when its agent shut down; {outcome}"
         elif exit_code == 0:
             status, reason = "SUCCEEDED", outcome
         else:

@@ -117,7 +117,8 @@ def build_parser() -> Parser:
     parser.add_argument(
         "--stop-jobs-on-exit",
         action="store_true",
-        help="on SIGTERM or SIGINT, stop the jobs' processes too (default: leave them for the next agent)",
+        help="on SIGTERM or SIGINT, stop the jobs' processes too, and report them FAILED: stopped unfinished "
+        "(default: leave them running for the next agent)",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument(

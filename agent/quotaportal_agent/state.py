@@ -44,6 +44,9 @@ class RunningJob:
     pid_started: str | None = None  # the process's start time, so a reused pid is not mistaken for it
     stopping: bool = False
     stop_reason: str = ""
+    # Stopped by the agent's own shutdown (--stop-jobs-on-exit), not asked by the server: whatever its exit
+    # code, the run did not finish (a job that checkpoints on SIGTERM exits 0), so it is reported FAILED.
+    interrupted: bool = False
     kill_at: float | None = None  # epoch seconds: SIGKILL then
     killed: bool = False
     refused: bool = False  # the server refused a report (409): no more heartbeats, only the final report

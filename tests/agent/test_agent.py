@@ -457,3 +457,29 @@ def test_with_stop_jobs_on_exit_the_agent_stops_its_jobs_when_it_shuts_down(serv
     saved = json.loads((tmp_path / "work" / "state.json").read_text())
     kept = [j["id"] for j in saved["jobs"]] + [r["job_id"] for r in saved["outbox"]]
     assert server.accepted(job)[-1] == "FAILED" or job in kept
+
+
+def test_a_job_the_agent_stops_on_its_way_out_is_failed_even_if_it_exits_0(server, start_agent, tmp_path):
+    """A job that checkpoints on SIGTERM and exits 0 did not finish: stopped by its agent's shutdown (not by
+    the server), it is reported FAILED, so it goes back to the queue if it has retries left."""
+    ready = tmp_path / "ready"
+    job = server.add_job(
+        {
+            "command": python("""
+                import os, pathlib, signal, sys, time
+                signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # checkpoint and leave, as train.py does
+                pathlib.Path(os.environ["READY"]).touch()
+                time.sleep(60)
+            """),
+            "env": {"READY": str(ready)},
+        }
+    )
+    running = start_agent(stop_jobs_on_exit=True, exit_grace_seconds=2.0)
+    wait_until(lambda: "RUNNING" in server.accepted(job) and ready.exists(), what="RUNNING")
+
+    running.stop()
+
+    final = server.final(job)
+    assert final is not None and final.body["status"] == "FAILED", server.accepted(job)
+    assert final.body["exit_code"] == 0
+    assert final.body["reason"] == "stopped when its agent shut down; exited with code 0"
