@@ -25,6 +25,7 @@ from scheduling.passes import run as passes
 from scheduling.passes.budgets import budgets_apply, budgets_read
 from scheduling.passes.snapshot import snapshot_load
 from tests.factories import JobQueueFactory, environment_with, job_in, plan_for, share_with
+from tests.scheduling.support import run_pass
 
 pytestmark = pytest.mark.django_db
 
@@ -47,10 +48,6 @@ def queue():
     queue.service_environment.save(update_fields=["executor"])
     environment_with(queue, {P5: 8})
     return queue
-
-
-def run_pass(queue):
-    return passes.queue_pass_run(job_queue_id=queue.pk, trigger="test")
 
 
 def used(share) -> Decimal:

@@ -28,22 +28,10 @@ from scheduling.services import executor as executor_services
 from scheduling.services import history
 from scheduling.services import jobs as job_services
 from tests.factories import JobQueueFactory, environment_with, job_in, plan_for, share_with
+from tests.scheduling.support import P4, P5, run_pass
 from tools.bench_pass.command import bench_cleanup, materialize
 
 pytestmark = pytest.mark.django_db
-
-P5, P4 = "ml.p5.48xlarge", "ml.p4d.24xlarge"
-
-
-@pytest.fixture
-def queue():
-    queue = JobQueueFactory(name="training")
-    environment_with(queue, {P5: 8, P4: 8})
-    return queue
-
-
-def run_pass(queue):
-    return passes.queue_pass_run(job_queue_id=queue.pk, trigger="test")
 
 
 def test_pass_places_a_job_and_records_attempt_events_and_pass(queue):

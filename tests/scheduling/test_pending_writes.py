@@ -10,26 +10,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduling.models import Job, JobStatus, PendingClause, PendingState, ShareCapacityLimit
-from scheduling.passes import run as passes
 from scheduling.services import executor as executor_services
 from scheduling.services import jobs as job_services
-from tests.factories import JobQueueFactory, environment_with, job_in, share_with
+from tests.factories import job_in, share_with
+from tests.scheduling.support import P4, P5, run_pass
 
 pytestmark = pytest.mark.django_db
 
-P5, P4 = "ml.p5.48xlarge", "ml.p4d.24xlarge"
 MARK = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def queue():
-    queue = JobQueueFactory(name="training")
-    environment_with(queue, {P5: 8, P4: 8})
-    return queue
-
-
-def run_pass(queue):
-    return passes.queue_pass_run(job_queue_id=queue.pk, trigger="test")
 
 
 def marked() -> set[int]:

@@ -20,7 +20,6 @@ from scheduling.models import (
     SchedulingPass,
     ServiceEnvironment,
 )
-from scheduling.passes import run as passes
 from scheduling.passes.write import usage_after
 from scheduling.services import executor as executor_services
 from tests.factories import (
@@ -31,10 +30,9 @@ from tests.factories import (
     plan_for,
     share_with,
 )
+from tests.scheduling.support import P4, P5, run_pass
 
 pytestmark = pytest.mark.django_db
-
-P5, P4 = "ml.p5.48xlarge", "ml.p4d.24xlarge"
 
 
 @pytest.fixture
@@ -50,10 +48,6 @@ def queue():
     )
     environment_with(queue, {P4: 4, P5: 0})
     return queue
-
-
-def run_pass(queue):
-    return passes.queue_pass_run(job_queue_id=queue.pk, trigger="test")
 
 
 def running(job: Job) -> Job:

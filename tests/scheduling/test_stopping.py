@@ -26,13 +26,13 @@ from scheduling.models import (
     ServiceEnvironment,
     StopOutcome,
 )
-from scheduling.passes import run as passes
 from scheduling.passes.snapshot import snapshot_load
 from scheduling.passes.write import decisions_write
 from scheduling.services import executor as executor_services
 from scheduling.services import jobs as job_services
 from scheduling.services.locks import queue_lock
 from tests.factories import JobQueueFactory, ServiceEnvironmentFactory, environment_with, job_in, share_with
+from tests.scheduling.support import run_pass
 
 pytestmark = pytest.mark.django_db
 
@@ -60,10 +60,6 @@ def lender(queue):
 @pytest.fixture
 def borrower(queue):
     return share_with(queue, "vision", {P5: 4}, strategy=QuotaShare.Strategy.LEND_AND_BORROW)
-
-
-def run_pass(queue):
-    return passes.queue_pass_run(job_queue_id=queue.pk, trigger="test")
 
 
 def take(job: Job, *, executor: Executor | None = None, at=None) -> Job:
