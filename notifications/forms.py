@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django import forms
 
-from notifications.models import MAX_AFTER_MINUTES, MIN_AFTER_MINUTES, Channel, Trigger
+from notifications.models import MAX_AFTER_MINUTES, MIN_AFTER_MINUTES, Channel, Subscription, Trigger
 from notifications.services import SubscriptionInput, subscription_errors
 
 
@@ -60,6 +60,19 @@ class SubscriptionForm(forms.Form):
                 for error in errors:
                     self.add_error(name, error)
         return data
+
+    @staticmethod
+    def initial_of(subscription: Subscription) -> dict:
+        """The fields as a subscription holds them: the form that changes it starts from these."""
+        return {
+            "name": subscription.name,
+            "channel": subscription.channel,
+            "target": subscription.target,
+            "triggers": list(subscription.triggers),
+            "team": str(subscription.team_id) if subscription.team_id else "",
+            "only_my_jobs": subscription.only_my_jobs,
+            "after_minutes": subscription.after_minutes,
+        }
 
     def to_input(self) -> SubscriptionInput:
         data = self.cleaned_data

@@ -67,15 +67,7 @@ def subscription_edit(request: HttpRequest, subscription_id: int) -> HttpRespons
     if found is None:
         raise Http404("no such subscription of yours")
     teams = selectors.managed_teams(user=found.owner)
-    initial = {
-        "name": found.name,
-        "channel": found.channel,
-        "target": found.target,
-        "triggers": list(found.triggers),
-        "team": str(found.team_id) if found.team_id else "",
-        "only_my_jobs": found.only_my_jobs,
-        "after_minutes": found.after_minutes,
-    }
+    initial = SubscriptionForm.initial_of(found)
     form = SubscriptionForm(request.POST or None, owner=found.owner, teams=teams, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
